@@ -1,0 +1,109 @@
+"""Calibration profiles: the efficiencies and overheads the roofline is scaled by.
+
+A profile is fitted to measurements (``specsim calibrate``) and stored as YAML. Without
+one, the roofline uses the *uncalibrated default* below and every report says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import CatalogError
+
+UNCALIBRATED = "uncalibrated default"
+
+# Measured dense-matmul ceilings as a share of the datasheet BF16 peak
+# (stas00/ml-engineering, compute/accelerator/README.md, via shared/REFERENCES.md).
+_MEASURED_MATMUL_ETA = {"A100-SXM-80GB": 0.87, "H100-SXM": 0.80, "H200-SXM": 0.80,
+                        "B200": 0.78, "MI300X": 0.51}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Roofline scaling: eta_c and eta_m, plus fixed costs per forward pass."""
+
+    name: str
+    eta_compute: float
+    eta_memory: float
+    per_layer_overhead_s: float
+    fixed_overhead_s: float
+    calibrated: bool
+    source: str
+    hardware: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def uncalibrated_default(hardware_name: str) -> Calibration:
+    """Defaults for a chip no profile has been fitted to (labelled as such in reports).
+
+    eta_compute: the measured matmul ceiling where REFERENCES.md has one, else 0.70 (assumed).
+    eta_memory 0.80, 5 us per layer and 200 us per pass: assumed, not measured.
+    """
+    eta_c = _MEASURED_MATMUL_ETA.get(hardware_name, 0.70)
+    src = ("eta_compute: measured matmul ceiling (ml-engineering via REFERENCES.md)"
+           if hardware_name in _MEASURED_MATMUL_ETA else "eta_compute 0.70: assumed")
+    return Calibration(
+        name=UNCALIBRATED, eta_compute=eta_c, eta_memory=0.80,
+        per_layer_overhead_s=5e-6, fixed_overhead_s=200e-6, calibrated=False,
+        source=src + "; eta_memory 0.80, 5 us/layer, 200 us/pass: assumed",
+    )
+
+
+def _bundled_dir() -> Any:
+    return resources.files("cost_models").joinpath("calibrations")
+
+
+def list_profiles() -> list[str]:
+    return sorted(p.name[:-5] for p in _bundled_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def load_profile(ref: str, base_dir: Path | None = None, where: str = "calibration") -> Calibration:
+    """A bundled profile by name, or a YAML file path (relative to ``base_dir``)."""
+    if not isinstance(ref, str):
+        raise CatalogError(f"{where}: expected a profile name or a file path, got {ref!r}")
+    bundled = _bundled_dir().joinpath(f"{ref}.yaml")
+    path = Path(ref)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    if bundled.is_file():
+        text, origin = bundled.read_text(), f"bundled profile {ref}"
+    elif path.is_file():
+        text, origin = path.read_text(), str(path)
+    else:
+        raise CatalogError(f"{where}: no calibration profile {ref!r} (bundled: "
+                           f"{', '.join(list_profiles()) or 'none'}; or give a YAML file path)")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return profile_from_dict(data, origin, default_name=ref)
+
+
+def profile_from_dict(data: Any, origin: str, default_name: str = "profile") -> Calibration:
+    if not isinstance(data, dict) or not isinstance(data.get("fitted"), dict):
+        raise CatalogError(f"{origin}: expected a mapping with a 'fitted' section")
+    fitted = data["fitted"]
+    vals = {}
+    for key in ("eta_compute", "eta_memory", "per_layer_overhead_s", "fixed_overhead_s"):
+        v = fitted.get(key)
+        if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
+            raise CatalogError(f"{origin}: fitted.{key}: expected a non-negative number, got {v!r}")
+        vals[key] = float(v)
+    for key in ("eta_compute", "eta_memory"):
+        if not 0 < vals[key] <= 1.5:
+            raise CatalogError(f"{origin}: fitted.{key}: expected a value in (0, 1.5], got "
+                               f"{vals[key]}")
+    details = {k: v for k, v in data.items() if k != "fitted"}
+    return Calibration(
+        name=str(data.get("name", default_name)),
+        calibrated=True,
+        source=str(data.get("source", origin)),
+        hardware=data.get("hardware") if isinstance(data.get("hardware"), str) else None,
+        details=details,
+        **vals,
+    )

@@ -1,0 +1,174 @@
+"""Roofline price of one forward pass over a batch (DESIGN.md, "Cost model").
+
+A pass over sequences i with q_i new tokens and attended context c_i costs, per op group,
+max(FLOPs / (peak * eta_c), bytes / (BW * eta_m)), plus tensor-parallel all-reduce and fixed
+overheads. The price depends only on a few batch aggregates, so callers reduce the batch once
+(``BatchShape``) and pricing is O(1); every method also accepts numpy arrays of aggregates so
+many candidate passes can be priced at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .calibration import Calibration
+from .catalog import HardwareSpec, ModelSpec, Precision
+from .errors import CatalogError
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """Aggregates of a batch that the roofline needs.
+
+    tokens: sum of q_i; qc: sum of q_i * c_i; ctx: sum of c_i (KV read); logits: tokens that
+    need the LM head (decode and verify tokens, one per prefill that completes).
+    """
+
+    tokens: float
+    qc: float
+    ctx: float
+    logits: float
+
+    @staticmethod
+    def of(q: np.ndarray, c: np.ndarray, logits: float | None = None) -> BatchShape:
+        q = np.asarray(q, dtype=np.float64)
+        c = np.asarray(c, dtype=np.float64)
+        t = float(q.sum())
+        return BatchShape(t, float((q * c).sum()), float(c.sum()), t if logits is None else logits)
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """A priced pass: total time and its parts (seconds), work and bytes per device."""
+
+    time_s: float
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+    flops: float
+    bytes: float
+    compute_util: float  # achieved FLOP/s over datasheet peak
+    memory_util: float  # achieved bytes/s over datasheet bandwidth
+
+
+class ForwardCostModel:
+    """Prices forward passes of one model on one tensor-parallel group of one accelerator."""
+
+    def __init__(self, model: ModelSpec, hardware: HardwareSpec, tp: int, precision: Precision,
+                 calibration: Calibration) -> None:
+        if tp < 1:
+            raise CatalogError(f"hardware.tensor_parallel: expected a positive integer, got {tp}")
+        self.model, self.hw, self.tp, self.prec, self.cal = model, hardware, tp, precision, calibration
+        m = model
+        self.linear_peak, self.linear_dtype = hardware.peak(precision.compute_dtype)
+        self.attn_peak, _ = hardware.peak("bf16")
+        eff_c, eff_m = calibration.eta_compute, calibration.eta_memory
+        w_b = precision.weights.bytes_per_element
+        a_b = precision.activations.bytes_per_element
+        kv_b = precision.kv_cache.bytes_per_element
+        self.kv_bytes_per_token = m.kv_elements_per_token() * kv_b  # whole model, all devices
+
+        # Linear layers: FLOPs per token, and weight bytes (per device).
+        lin_active = m.active_params_per_token - m.lm_head_params
+        self._lin_flops_per_token = 2.0 * lin_active / tp
+        self._head_flops_per_logit = 2.0 * m.lm_head_params / tp
+        dense_w = (m.n_layers * m.attn_params_per_layer + m.n_dense_layers * m.dense_mlp_params
+                   + m.n_moe_layers * m.moe_always_params_per_layer + m.lm_head_params)
+        self._dense_weight_bytes = dense_w * w_b / tp
+        self._expert_bytes = m.expert_params * w_b / tp  # one expert, one layer
+        inter_eff = m.intermediate_size if m.moe is None else m.moe.top_k * m.moe.expert_intermediate_size
+        # Activations read and written per token per layer (norm in/out, qkv, attention out,
+        # MLP in/out): ~6 hidden + 3 intermediate elements. An approximation, small vs weights.
+        self._act_bytes_per_token = m.n_layers * (6 * m.hidden_size + 3 * inter_eff) * a_b / tp
+        # Attention.
+        self._attn_flops_per_qc = 4.0 * m.n_heads * m.head_dim * m.n_layers / tp
+        self._kv_bytes_per_ctx = self.kv_bytes_per_token / tp
+        # Roofline denominators.
+        self._lin_rate = self.linear_peak * eff_c
+        self._attn_rate = self.attn_peak * eff_c
+        self._bw = hardware.hbm_bw * eff_m
+        self._dequant = precision.weights.dequant_overhead if precision.weights.weight_only else 0.0
+        # Tensor parallel: two all-reduces per layer of T x hidden activations (ring).
+        if tp > 1:
+            ring = 2.0 * (tp - 1) / tp
+            self._comm_per_token = 2 * m.n_layers * ring * m.hidden_size * a_b / hardware.link_bw
+            self._comm_fixed = 2 * m.n_layers * hardware.link_latency_s
+        else:
+            self._comm_per_token = 0.0
+            self._comm_fixed = 0.0
+        self._overhead = calibration.fixed_overhead_s + calibration.per_layer_overhead_s * m.n_layers
+
+    # ------------------------------------------------------------------ memory
+    @property
+    def weight_bytes_per_device(self) -> float:
+        """Resident weights on each device of the group (embeddings included)."""
+        return self.model.total_params * self.prec.weights.bytes_per_element / self.tp
+
+    def experts_touched(self, tokens):
+        """Expected distinct experts per MoE layer hit by ``tokens`` routed tokens."""
+        moe = self.model.moe
+        e = float(moe.n_experts)
+        return e * (1.0 - (1.0 - moe.top_k / e) ** np.asarray(tokens, dtype=np.float64))
+
+    # ------------------------------------------------------------------ pricing
+    def time(self, tokens, qc, ctx, logits=None):
+        """Seconds for passes with these aggregates (floats or broadcastable arrays).
+
+        Zero tokens cost zero: no pass is launched.
+        """
+        t = np.asarray(tokens, dtype=np.float64)
+        lg = t if logits is None else np.asarray(logits, dtype=np.float64)
+        compute_lin, mem_lin, compute_attn, mem_attn = self._parts(t, qc, ctx, lg)
+        lin = np.maximum(compute_lin * (1.0 + self._dequant), mem_lin)
+        attn = np.maximum(compute_attn, mem_attn)
+        comm = self._comm_per_token * t + self._comm_fixed
+        total = np.where(t > 0, lin + attn + comm + self._overhead, 0.0)
+        return total if total.ndim else float(total)
+
+    def _parts(self, t, qc, ctx, lg):
+        flops_lin = self._lin_flops_per_token * t + self._head_flops_per_logit * lg
+        wbytes = self._dense_weight_bytes
+        if self.model.moe is not None:
+            wbytes = wbytes + self.model.n_moe_layers * self._expert_bytes * self.experts_touched(t)
+        bytes_lin = wbytes + self._act_bytes_per_token * t
+        flops_attn = self._attn_flops_per_qc * np.asarray(qc, dtype=np.float64)
+        bytes_attn = self._kv_bytes_per_ctx * (np.asarray(ctx, dtype=np.float64) + t)
+        return (flops_lin / self._lin_rate, bytes_lin / self._bw,
+                flops_attn / self._attn_rate, bytes_attn / self._bw)
+
+    def work(self, tokens, qc, ctx, logits=None):
+        """FLOPs and bytes per device of passes with these aggregates (utilisation, energy)."""
+        t = np.asarray(tokens, dtype=np.float64)
+        lg = t if logits is None else np.asarray(logits, dtype=np.float64)
+        c_lin, m_lin, c_att, m_att = self._parts(t, qc, ctx, lg)
+        return c_lin * self._lin_rate + c_att * self._attn_rate, (m_lin + m_att) * self._bw
+
+    def price(self, shape: BatchShape) -> PassCost:
+        """Full breakdown of one pass (for reports, iterations.csv and tests)."""
+        if shape.tokens <= 0:
+            return PassCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        t = float(shape.tokens)
+        c_lin, m_lin, c_att, m_att = (float(x) for x in self._parts(t, shape.qc, shape.ctx,
+                                                                    shape.logits))
+        c_lin *= 1.0 + self._dequant
+        comm = self._comm_per_token * t + self._comm_fixed
+        total = max(c_lin, m_lin) + max(c_att, m_att) + comm + self._overhead
+        flops = (self._lin_flops_per_token * t + self._head_flops_per_logit * shape.logits
+                 + self._attn_flops_per_qc * shape.qc)
+        nbytes = m_lin * self._bw + m_att * self._bw
+        return PassCost(
+            time_s=total, compute_s=c_lin + c_att, memory_s=m_lin + m_att, comm_s=comm,
+            overhead_s=self._overhead, flops=flops, bytes=nbytes,
+            compute_util=flops / (total * self.linear_peak),
+            memory_util=nbytes / (total * self.hw.hbm_bw),
+        )
+
+    def ridge_tokens(self) -> float:
+        """Batch tokens where linear layers turn compute-bound (dense weights, short context)."""
+        per_tok_c = self._lin_flops_per_token / self._lin_rate
+        per_tok_m = self._act_bytes_per_token / self._bw
+        return (self._dense_weight_bytes / self._bw) / max(per_tok_c - per_tok_m, 1e-30)
+

@@ -1,0 +1,413 @@
+"""Build a simulation from a validated scenario, run it, and summarise it.
+
+``Simulation`` wires the pieces (trace -> router -> workers -> cost models -> metrics);
+``run_scenario`` is the Python API the CLI and notebooks use.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from cost_models.calibration import UNCALIBRATED, Calibration, load_profile, uncalibrated_default
+from cost_models.catalog import get_hardware, get_model, get_precision, hardware_from_dict
+from cost_models.errors import CatalogError
+from cost_models.roofline import ForwardCostModel
+from traces.errors import TraceError
+
+from . import config as cfg
+from . import requests as rq
+from . import rng
+from .acceptance import build_acceptance
+from .errors import ScenarioError
+from .metrics import Metrics, dist
+from .router import make_router
+from .speculation import (
+    Drafter,
+    FixedTimeDrafter,
+    LookupDrafter,
+    NoDrafter,
+    ParallelDrafter,
+    RatioDrafter,
+    SequentialDrafter,
+    eagle_head,
+    make_controller,
+)
+from .worker import SchedulerConfig, Worker
+
+USER_ERRORS = (ScenarioError, CatalogError, TraceError)
+
+
+@dataclass
+class Result:
+    """What a run produced: the metrics dict and the per-request / per-iteration tables."""
+
+    metrics: dict[str, Any]
+    requests: pd.DataFrame
+    iterations: pd.DataFrame
+    scenario: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+class Simulation:
+    """One run of one scenario: SimPy environment, workers, router, arrival process."""
+
+    def __init__(self, sc: dict[str, Any], trace: pd.DataFrame, base_dir: Path,
+                 progress: Any = None) -> None:
+        self.sc = sc
+        self.notes: list[str] = []
+        self.seed = int(sc["seed"])
+        hw_sec, spec = sc["hardware"], sc["speculation"]
+        # --- hardware, model, calibration
+        self.hw = get_hardware(hw_sec["accelerator"], "hardware.accelerator")
+        self.model = get_model(sc["model"], "model")
+        self.tp = int(hw_sec["tensor_parallel"])
+        if hw_sec["count"] % self.tp:
+            raise ScenarioError(f"hardware.count: expected a multiple of tensor_parallel "
+                                f"({self.tp}), got {hw_sec['count']}")
+        self.n_workers = hw_sec["count"] // self.tp
+        self.calibration = self._calibration(sc.get("calibration"), base_dir)
+        self.precision = get_precision(sc["quantization"], "quantization")
+        self.target = ForwardCostModel(self.model, self.hw, self.tp, self.precision,
+                                       self.calibration)
+        if self.target.linear_dtype != self.precision.compute_dtype:
+            self.notes.append(f"{self.hw.name} has no {self.precision.compute_dtype} peak: linear "
+                              f"layers priced at its {self.target.linear_dtype} peak")
+        # --- speculation
+        self.method = spec["method"]
+        self.drafter, drafter_model = self._drafter(spec)
+        self.drafter_prefills = isinstance(self.drafter, SequentialDrafter)
+        self.controller = make_controller(spec["policy"], self.method, spec["k"])
+        self.overlap_draft = bool(spec["overlap_draft"])
+        acc_sec = spec["acceptance"]
+        if self.method != "none" and acc_sec is None:
+            raise ScenarioError("speculation.acceptance: required when speculation.method is "
+                                f"{self.method!r} (a profile name, alpha, or tau at k)")
+        self.acceptance = (build_acceptance(acc_sec, self.seed) if acc_sec is not None
+                           else build_acceptance({"alpha": 0.0}, self.seed))
+        # --- memory: weights of target (+ drafter) and KV per token, per device
+        self.block_size = int(sc["scheduler"]["block_size"])
+        self.kv_blocks = self._kv_blocks(hw_sec["memory_fraction"], drafter_model)
+        # --- power and price
+        cost = sc["cost"]
+        self.price = cost["price_usd_per_hour"] if cost["price_usd_per_hour"] is not None \
+            else self.hw.price_usd_per_hour
+        self.power_idle = cost["power_idle_w"] if cost["power_idle_w"] is not None \
+            else self.hw.power_idle_w
+        self.power_max = cost["power_max_w"] if cost["power_max_w"] is not None \
+            else self.hw.power_max_w
+        self.peak_flops = self.target.linear_peak
+        self.hbm_bw = self.hw.hbm_bw
+        # --- requests
+        self.table = rq.RequestTable(trace)
+        self._prepare_requests()
+        # --- SimPy model
+        s = sc["scheduler"]
+        self.sched = SchedulerConfig(s["max_batch"], s["token_budget"], s["chunked_prefill"],
+                                     s["max_queue"])
+        self.horizon = sc["simulation"]["horizon_s"]
+        self.record_iterations = sc["simulation"]["record_iterations"]
+        self.env = simpy.Environment()
+        self.metrics = Metrics()
+        self.workers = [Worker(i, self, self.kv_blocks) for i in range(self.n_workers)]
+        self.router = make_router(sc["router"]["policy"], self.workers)
+        self.progress = progress
+        self.finished = 0
+        self.rejected_reasons: dict[str, int] = {}
+        self.env.process(self._arrivals())
+
+    # ------------------------------------------------------------------ building
+    def _calibration(self, ref: str | None, base_dir: Path) -> Calibration:
+        if ref is None:
+            return uncalibrated_default(self.hw.name)
+        cal = load_profile(ref, base_dir, "calibration")
+        if cal.hardware and cal.hardware != self.hw.name:
+            self.notes.append(f"calibration {cal.name} was fitted on {cal.hardware}, applied here "
+                              f"to {self.hw.name}")
+        spec = cal.details.get("hardware_spec")
+        if isinstance(spec, dict) and cal.hardware == self.hw.name:
+            pass
+        elif isinstance(spec, dict) and self.hw.name == cal.details.get("hardware_spec_name"):
+            self.hw = hardware_from_dict(self.hw.name, spec, f"{ref}: hardware_spec")
+        return cal
+
+    def _drafter(self, spec: dict[str, Any]) -> tuple[Drafter, Any]:
+        method, where = self.method, "speculation"
+        if method == "none":
+            return NoDrafter(), None
+        dq = get_precision(spec["drafter_quantization"], f"{where}.drafter_quantization")
+        dc = spec["draft_cost"]
+        if dc["ratio"] is not None and dc["seconds_per_token"] is not None:
+            raise ScenarioError(f"{where}.draft_cost: expected ratio or seconds_per_token, not both")
+        if method == "ngram":
+            if spec["drafter"] is not None:
+                raise ScenarioError(f"{where}.drafter: ngram lookup takes no drafter model")
+            ng = spec["ngram"]
+            return LookupDrafter(ng["cpu_s_per_step"], ng["match_rate"]), None
+        drafter_model = None
+        if spec["drafter"] is not None:
+            drafter_model = get_model(spec["drafter"], f"{where}.drafter")
+            if method in ("draft_model", "pard", "dflash") and \
+                    drafter_model.tokenizer != self.model.tokenizer and \
+                    not isinstance(spec["drafter"], dict):
+                raise ScenarioError(f"{where}.drafter: {drafter_model.name} uses tokenizer "
+                                    f"{drafter_model.tokenizer!r} but {self.model.name} uses "
+                                    f"{self.model.tokenizer!r}; a draft model must share the "
+                                    "target's tokenizer")
+        elif method in ("eagle3", "mtp"):
+            if method == "mtp" and self.model.mtp_layers < 1:
+                raise ScenarioError(f"{where}.method: {self.model.name} has no MTP modules "
+                                    "(mtp_layers is 0 in the catalog); use eagle3 or a drafter")
+            drafter_model = eagle_head(self.model)
+        elif dc["ratio"] is None and dc["seconds_per_token"] is None:
+            raise ScenarioError(f"{where}.drafter: required for method {method!r} (a catalog "
+                                "model or inline mapping), or give draft_cost")
+        if dc["ratio"] is not None:
+            return RatioDrafter(method, self.target, dc["ratio"]), None
+        if dc["seconds_per_token"] is not None:
+            return FixedTimeDrafter(method, dc["seconds_per_token"]), None
+        cm = ForwardCostModel(drafter_model, self.hw, self.tp, dq, self.calibration)
+        cls = ParallelDrafter if method in ("pard", "dflash") else SequentialDrafter
+        return cls(method, cm), (drafter_model, dq, cm)
+
+    def _kv_blocks(self, fraction: float, drafter: Any) -> int:
+        usable = self.hw.hbm_bytes * fraction
+        weights = self.target.weight_bytes_per_device
+        kv_per_token = self.target.kv_bytes_per_token / self.tp
+        what = f"{self.model.name} ({self.precision.weights.name})"
+        if drafter is not None:
+            dmodel, _dq, dcm = drafter
+            weights += dcm.weight_bytes_per_device
+            kv_per_token += dcm.kv_bytes_per_token / self.tp
+            what += f" + drafter {dmodel.name}"
+        if weights >= usable:
+            raise CatalogError(
+                f"model: {what} needs {weights / 1e9:.1f} GB of weights per device at "
+                f"tensor_parallel={self.tp}, but {self.hw.name} has {self.hw.hbm_bytes / 1e9:.0f} "
+                f"GB x memory_fraction {fraction:g} = {usable / 1e9:.1f} GB usable; raise "
+                "tensor_parallel, quantize, or pick a larger accelerator")
+        blocks = int((usable - weights) // (kv_per_token * self.block_size))
+        if blocks < 2:
+            raise CatalogError(f"model: {what} leaves no room for the KV cache on {self.hw.name} "
+                               f"(weights {weights / 1e9:.1f} GB of {usable / 1e9:.1f} GB usable)")
+        self.kv_bytes_per_token_device = kv_per_token
+        self.weight_bytes_device = weights
+        return blocks
+
+    def _prepare_requests(self) -> None:
+        t = self.table
+        ids = t.request_id
+        t.accept_key = rng.request_keys(self.seed, rng.STREAM_ACCEPT, ids)
+        t.match_key = rng.request_keys(self.seed, rng.STREAM_MATCH, ids)
+        if t.n:
+            t.cls_idx, t.alpha_scale = self.acceptance.request_scale(ids, t.workload_class,
+                                                                     t.temperature)
+            self.alpha_table = self.acceptance.survival_table()
+        else:
+            self.alpha_table = np.zeros((1, 64))
+
+    # ------------------------------------------------------------------ processes
+    def _reject(self, rid: int, reason: str) -> None:
+        self.table.status[rid] = rq.REJECTED
+        self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
+
+    def _arrivals(self):
+        t, env = self.table, self.env
+        max_ctx = self.model.max_context
+        max_blocks = self.kv_blocks - 1
+        mq = self.sched.max_queue
+        for rid in range(t.n):
+            delay = t.arrival[rid] - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            total = int(t.prompt[rid] + t.output[rid])
+            if total > max_ctx:
+                self._reject(rid, "exceeds model context")
+            elif -(-total // self.block_size) > max_blocks:
+                self._reject(rid, "exceeds KV capacity")
+            else:
+                w = self.router.pick(rid)
+                if mq is not None and len(w.waiting) >= mq:
+                    self._reject(rid, "queue full")
+                else:
+                    w.submit(rid)
+            if self.progress is not None and rid % 256 == 0:
+                self.progress(env.now, rid + 1)
+
+    def on_finish(self, n: int) -> None:
+        self.finished += n
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> None:
+        if self.horizon is not None:
+            self.env.run(until=self.horizon)
+        else:
+            self.env.run()
+
+    def summary(self, wall_s: float) -> dict[str, Any]:
+        t, sc = self.table, self.sc
+        now = float(self.env.now)
+        arrived = int((t.arrival <= now).sum()) if self.horizon is not None else t.n
+        done = t.status == rq.DONE
+        rejected = int((t.status == rq.REJECTED).sum())
+        out_tokens = int(t.generated.sum())
+        ttft = t.first_token - t.arrival
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(done & (t.generated > 1),
+                            (t.finish - t.first_token) / np.maximum(t.generated - 1, 1), np.nan)
+        e2e = np.where(done, t.finish - t.arrival, np.nan)
+        slo = sc["slo"]
+        good = done.copy()
+        if slo["ttft_s"] is not None:
+            good &= ttft <= slo["ttft_s"]
+        if slo["tpot_s"] is not None:
+            good &= ~(tpot > slo["tpot_s"])  # single-token outputs have no TPOT
+        window = now if now > 0 else float("nan")
+        steps = int(t.steps.sum())
+        decode_tokens = int((t.accepted + t.bonus).sum() - (t.first_token == t.first_token).sum())
+        busy = sum(w.busy_s for w in self.workers)
+        draft_s = sum(w.draft_s for w in self.workers)
+        verify_s = sum(w.verify_s for w in self.workers)
+        devices = self.n_workers * self.tp
+        idle_s = max(self.n_workers * now - busy, 0.0)
+        energy = sum(w.energy_j for w in self.workers) + idle_s * self.tp * self.power_idle
+        cost = devices * self.price * now / 3600.0
+        kv_peak = max((w.kv.peak for w in self.workers), default=0) / max(self.kv_blocks, 1)
+        drafted = int(t.drafted.sum())
+        cal = self.calibration
+        return {
+            "scenario": sc["name"],
+            "seed": self.seed,
+            "requests_arrived": arrived,
+            "requests_completed": int(done.sum()),
+            "requests_rejected": rejected,
+            "requests_in_flight": arrived - int(done.sum()) - rejected,
+            "rejected_by_reason": dict(sorted(self.rejected_reasons.items())),
+            "output_tokens": out_tokens,
+            "accepted_tokens": int(t.accepted.sum()),
+            "bonus_tokens": int(t.bonus.sum()),
+            "drafted_tokens": drafted,
+            "ttft_s": dist(ttft[done]),
+            "tpot_s": dist(tpot),
+            "itl_s": self.metrics.itl.summary(),
+            "e2e_s": dist(e2e),
+            "throughput_output_tokens_per_s": out_tokens / window,
+            "goodput_requests_per_s": int(good.sum()) / window,
+            "slo": {"ttft_s": slo["ttft_s"], "tpot_s": slo["tpot_s"]},
+            "mean_acceptance_length": (decode_tokens / steps) if steps else 1.0,
+            "acceptance_rate": (int(t.accepted.sum()) / drafted) if drafted else 0.0,
+            "draft_time_fraction": draft_s / busy if busy else 0.0,
+            "verify_time_fraction": verify_s / busy if busy else 0.0,
+            "busy_fraction": busy / (self.n_workers * now) if now else 0.0,
+            "kv_peak_utilization": kv_peak,
+            "kv_blocks_per_worker": self.kv_blocks,
+            "preemptions": int(sum(w.preemptions for w in self.workers)),
+            "iterations": int(sum(w.iterations for w in self.workers)),
+            "cost_usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
+            "energy_j_per_output_token": energy / out_tokens if out_tokens else None,
+            "fleet": {
+                "accelerator": self.hw.name, "devices": devices, "workers": self.n_workers,
+                "tensor_parallel": self.tp, "price_usd_per_device_hour": self.price,
+                "price_date": self.hw.price_date, "cost_usd": cost, "energy_j": energy,
+                "power_idle_w": self.power_idle, "power_max_w": self.power_max,
+                "average_power_w": energy / now if now else 0.0,
+            },
+            "model": self.model.name,
+            "speculation": {"method": self.method, "k": sc["speculation"]["k"],
+                            "policy": self.controller.name, "drafter": self.drafter.describe(),
+                            "acceptance_profile": self.acceptance.name},
+            "simulated_time_s": now,
+            "wall_time_s": wall_s,
+            "calibration": cal.name if cal.calibrated else UNCALIBRATED,
+            "calibration_values": {"eta_compute": cal.eta_compute, "eta_memory": cal.eta_memory,
+                                   "per_layer_overhead_s": cal.per_layer_overhead_s,
+                                   "fixed_overhead_s": cal.fixed_overhead_s,
+                                   "source": cal.source},
+            "notes": list(self.notes),
+        }
+
+    def check_invariants(self) -> None:
+        """Conservation checks (also run by tests): KV blocks, tokens, request states."""
+        t = self.table
+        for w in self.workers:
+            held = int(t.blocks[t.worker == w.wid].sum())
+            if held != w.kv.used:
+                raise AssertionError(f"worker {w.wid}: allocator has {w.kv.used} blocks used, "
+                                     f"requests hold {held}")
+        if not np.array_equal(t.generated, t.accepted + t.bonus):
+            raise AssertionError("output tokens != accepted + bonus tokens")
+
+
+def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,
+                  seed: int | None = None) -> tuple[dict[str, Any], Path, str]:
+    """Raw YAML/dict -> validated scenario, the folder paths resolve from, and its origin."""
+    if isinstance(source, dict):
+        raw, base, origin = source, Path.cwd(), "scenario"
+    else:
+        path = Path(source)
+        raw, base, origin = cfg.read_yaml(path), path.resolve().parent, str(path)
+    raw = cfg.apply_overrides(raw, overrides)
+    if seed is not None:
+        raw["seed"] = seed
+    sc = cfg.validate(raw)
+    if sc["workload"] is None:
+        raise ScenarioError("workload: required (a trace file or a synthetic generator)")
+    return sc, base, origin
+
+
+def build_trace(sc: dict[str, Any], base: Path, max_context: int) -> pd.DataFrame:
+    from traces.workload import build_workload
+
+    return build_workload(sc["workload"], base, int(sc["seed"]), max_context)
+
+
+def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None,
+                 overrides: Any = None, trace: pd.DataFrame | None = None,
+                 progress: Any = None, check: bool = True) -> Result:
+    """Validate, build and run a scenario; the Python API behind ``specsim run``.
+
+    Errors in the input raise ScenarioError / CatalogError / TraceError with one-line
+    messages naming the file and key. ``trace`` bypasses the scenario's workload section.
+    """
+    origin = str(source) if not isinstance(source, dict) else "scenario"
+    try:
+        sc, base, origin = load_scenario(source, overrides, seed)
+        if trace is None:
+            model = get_model(sc["model"], "model")
+            trace = build_trace(sc, base, model.max_context)
+        sim = Simulation(sc, trace, base, progress)
+    except USER_ERRORS as exc:
+        msg = str(exc)
+        if origin != "scenario" and not msg.startswith(origin):
+            msg = f"{origin}: {msg}"
+        raise type(exc)(msg) from None
+    t0 = time.perf_counter()
+    sim.run()
+    wall = time.perf_counter() - t0
+    if check:
+        sim.check_invariants()
+    metrics = sim.summary(wall)
+    iters = sim.metrics.iterations_frame() if sim.record_iterations else pd.DataFrame()
+    return Result(metrics, sim.table.frame(), iters, sc, sim.notes)
+
+
+def finite_or_none(x: Any) -> Any:
+    """JSON has no NaN: turn non-finite floats into null, recursively."""
+    if isinstance(x, dict):
+        return {k: finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [finite_or_none(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return finite_or_none(float(x))
+    return x

@@ -1,0 +1,92 @@
+"""Metrics: streaming ITL histogram, the iteration log, and the run summary.
+
+Definitions follow DESIGN.md ("Metric definitions") so numbers compare with peers: TTFT,
+TPOT and E2E percentiles over requests; ITL over deliveries (tokens accepted in one step
+arrive together as one delivery), from a log-spaced histogram with 0.5% bin width.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+import pandas as pd
+
+
+class LogHistogram:
+    """Fixed log-spaced bins from 1 us to 10^4 s: memory stays flat however long the run."""
+
+    def __init__(self, lo: float = 1e-6, hi: float = 1e4, bins_per_decade: int = 460) -> None:
+        self.lo, self.bpd = lo, bins_per_decade
+        self.nbins = int(np.ceil(np.log10(hi / lo) * bins_per_decade)) + 2
+        self.counts = np.zeros(self.nbins, np.int64)
+        self.total = 0.0
+        self.n = 0
+        self.max = 0.0
+
+    def add(self, values: np.ndarray) -> None:
+        v = np.asarray(values, dtype=np.float64)
+        if not v.size:
+            return
+        idx = np.floor(np.log10(np.maximum(v, self.lo * 0.5) / self.lo) * self.bpd).astype(np.int64) + 1
+        np.add.at(self.counts, np.clip(idx, 0, self.nbins - 1), 1)
+        self.total += float(v.sum())
+        self.n += v.size
+        self.max = max(self.max, float(v.max()))
+
+    def quantile(self, q: float) -> float:
+        if self.n == 0:
+            return float("nan")
+        c = np.cumsum(self.counts)
+        i = int(np.searchsorted(c, q * self.n, side="left"))
+        if i == 0:
+            return self.lo
+        # geometric middle of the bin
+        return float(min(self.lo * 10 ** ((i - 0.5) / self.bpd), self.max))
+
+    def summary(self) -> dict[str, float]:
+        if self.n == 0:
+            nan = float("nan")
+            return {"mean": nan, "p50": nan, "p90": nan, "p99": nan, "count": 0}
+        return {"mean": self.total / self.n, "p50": self.quantile(0.5),
+                "p90": self.quantile(0.9), "p99": self.quantile(0.99), "count": self.n}
+
+
+ITER_COLUMNS = ("time_s", "worker", "batch_size", "decode_seqs", "prefill_seqs", "tokens",
+                "drafted_tokens", "draft_time_s", "verify_time_s", "compute_util",
+                "memory_util", "kv_blocks_used")
+
+
+class Metrics:
+    """Collects per-delivery ITL and per-iteration rows during a run."""
+
+    def __init__(self) -> None:
+        self.itl = LogHistogram()
+        self._cols = {c: array("d") for c in ITER_COLUMNS}
+        self._append = [self._cols[c].append for c in ITER_COLUMNS]
+
+    def add_itl(self, gaps: np.ndarray) -> None:
+        self.itl.add(gaps)
+
+    def add_iteration(self, *row: float) -> None:
+        for append, v in zip(self._append, row, strict=True):
+            append(v)
+
+    def iterations_frame(self) -> pd.DataFrame:
+        df = pd.DataFrame({c: np.frombuffer(self._cols[c], dtype=np.float64)
+                           for c in ITER_COLUMNS})
+        for c in ("worker", "batch_size", "decode_seqs", "prefill_seqs", "drafted_tokens",
+                  "kv_blocks_used"):
+            df[c] = df[c].astype(np.int64)
+        return df
+
+
+def dist(values: np.ndarray) -> dict[str, float]:
+    """Mean and percentiles of finite values (NaN when there are none)."""
+    v = np.asarray(values, dtype=np.float64)
+    v = v[np.isfinite(v)]
+    if not v.size:
+        nan = float("nan")
+        return {"mean": nan, "p50": nan, "p90": nan, "p99": nan}
+    p = np.percentile(v, [50, 90, 99])
+    return {"mean": float(v.mean()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}

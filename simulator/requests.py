@@ -1,0 +1,78 @@
+"""The request table: every request of a run as one row of a struct of numpy arrays.
+
+A request is a row, not a coroutine (DESIGN.md, "The hot path"): workers hold arrays of row
+indices and update columns with masked/fancy-indexed array operations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+PENDING, QUEUED, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
+STATUS_NAMES = {PENDING: "pending", QUEUED: "queued", RUNNING: "running", DONE: "completed",
+                REJECTED: "rejected"}
+
+
+class RequestTable:
+    """Per-request inputs (from the trace) and state (filled in as the run goes)."""
+
+    def __init__(self, trace: pd.DataFrame) -> None:
+        n = len(trace)
+        self.n = n
+        self.request_id = trace["request_id"].to_numpy(np.int64)
+        self.arrival = trace["arrival_s"].to_numpy(np.float64)
+        self.prompt = trace["prompt_tokens"].to_numpy(np.int64)
+        self.output = trace["output_tokens"].to_numpy(np.int64)
+        self.workload_class = trace["workload_class"].astype(str).to_numpy(object)
+        temp = trace["temperature"] if "temperature" in trace else pd.Series(np.zeros(n))
+        self.temperature = temp.to_numpy(np.float64)
+        # filled by the engine before the run
+        self.cls_idx = np.zeros(n, np.int64)
+        self.alpha_scale = np.ones(n)
+        self.accept_key = np.zeros(n, np.uint64)
+        self.match_key = np.zeros(n, np.uint64)
+        # state
+        self.status = np.full(n, PENDING, np.int8)
+        self.reject_reason = np.zeros(n, np.int8)
+        self.worker = np.full(n, -1, np.int64)
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.last_delivery = np.full(n, np.nan)
+        self.generated = np.zeros(n, np.int64)
+        self.accepted = np.zeros(n, np.int64)  # drafted tokens the target accepted
+        self.bonus = np.zeros(n, np.int64)  # tokens the target itself sampled (1 per step)
+        self.drafted = np.zeros(n, np.int64)
+        self.steps = np.zeros(n, np.int64)  # decode (verification) steps
+        self.kv_len = np.zeros(n, np.int64)  # tokens whose KV is in the cache
+        self.prefill_target = self.prompt.copy()  # KV tokens needed before decoding
+        self.blocks = np.zeros(n, np.int64)
+        self.preemptions = np.zeros(n, np.int64)
+
+    def frame(self) -> pd.DataFrame:
+        """One row per request, for requests.csv."""
+        out_tokens = self.generated
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(out_tokens > 1,
+                            (self.finish - self.first_token) / np.maximum(out_tokens - 1, 1),
+                            np.nan)
+        return pd.DataFrame({
+            "request_id": self.request_id,
+            "workload_class": self.workload_class,
+            "status": pd.Series(self.status).map(STATUS_NAMES).to_numpy(),
+            "worker": self.worker,
+            "arrival_s": self.arrival,
+            "first_token_s": self.first_token,
+            "finish_s": self.finish,
+            "prompt_tokens": self.prompt,
+            "output_tokens_requested": self.output,
+            "output_tokens": out_tokens,
+            "accepted_tokens": self.accepted,
+            "drafted_tokens": self.drafted,
+            "bonus_tokens": self.bonus,
+            "steps": self.steps,
+            "preemptions": self.preemptions,
+            "ttft_s": self.first_token - self.arrival,
+            "tpot_s": tpot,
+            "e2e_s": self.finish - self.arrival,
+        })
