@@ -139,6 +139,27 @@ class ForwardCostModel:
         return (flops_lin / self._lin_rate, bytes_lin / self._bw,
                 flops_attn / self._attn_rate, bytes_attn / self._bw)
 
+    def scalar(self, tokens: float, qc: float, ctx: float, logits: float) -> tuple[float, float, float]:
+        """(seconds, FLOPs, bytes) of one pass, in plain float arithmetic: the simulator's hot path."""
+        if tokens <= 0:
+            return 0.0, 0.0, 0.0
+        fl_lin = self._lin_flops_per_token * tokens + self._head_flops_per_logit * logits
+        wbytes = self._dense_weight_bytes
+        if self.model.moe is not None:
+            e = float(self.model.moe.n_experts)
+            touched = e * (1.0 - (1.0 - self.model.moe.top_k / e) ** tokens)
+            wbytes += self.model.n_moe_layers * self._expert_bytes * touched
+        by_lin = wbytes + self._act_bytes_per_token * tokens
+        fl_att = self._attn_flops_per_qc * qc
+        by_att = self._kv_bytes_per_ctx * (ctx + tokens)
+        c_lin = fl_lin / self._lin_rate * (1.0 + self._dequant)
+        m_lin = by_lin / self._bw
+        c_att = fl_att / self._attn_rate
+        m_att = by_att / self._bw
+        t = ((c_lin if c_lin > m_lin else m_lin) + (c_att if c_att > m_att else m_att)
+             + self._comm_per_token * tokens + self._comm_fixed + self._overhead)
+        return t, fl_lin + fl_att, by_lin + by_att
+
     def work(self, tokens, qc, ctx, logits=None):
         """FLOPs and bytes per device of passes with these aggregates (utilisation, energy)."""
         t = np.asarray(tokens, dtype=np.float64)

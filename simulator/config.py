@@ -101,6 +101,7 @@ SCHEMA: dict[str, Any] = {
                            help="stop here; unfinished requests are counted in flight"),
         "record_iterations": Field("bool", True),
         "progress": Field("bool", True),
+        "fast_path": Field("bool", True, help="advance all-decode batches many steps at once"),
     },
 }
 

@@ -37,6 +37,7 @@ from .speculation import (
     ParallelDrafter,
     RatioDrafter,
     SequentialDrafter,
+    StaticK,
     eagle_head,
     make_controller,
 )
@@ -121,6 +122,9 @@ class Simulation:
         self.progress = progress
         self.finished = 0
         self.rejected_reasons: dict[str, int] = {}
+        self.fast_path = bool(sc["simulation"]["fast_path"]) and isinstance(
+            self.controller, StaticK)
+        self._next_rid = 0
         self.env.process(self._arrivals())
 
     # ------------------------------------------------------------------ building
@@ -224,6 +228,7 @@ class Simulation:
         max_blocks = self.kv_blocks - 1
         mq = self.sched.max_queue
         for rid in range(t.n):
+            self._next_rid = rid
             delay = t.arrival[rid] - env.now
             if delay > 0:
                 yield env.timeout(delay)
@@ -240,6 +245,12 @@ class Simulation:
                     w.submit(rid)
             if self.progress is not None and rid % 256 == 0:
                 self.progress(env.now, rid + 1)
+        self._next_rid = t.n
+
+    def next_arrival_time(self) -> float:
+        """When the next request not yet routed arrives (inf when none are left)."""
+        i = self._next_rid
+        return float(self.table.arrival[i]) if i < self.table.n else float("inf")
 
     def on_finish(self, n: int) -> None:
         self.finished += n

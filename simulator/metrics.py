@@ -16,6 +16,8 @@ import pandas as pd
 class LogHistogram:
     """Fixed log-spaced bins from 1 us to 10^4 s: memory stays flat however long the run."""
 
+    BUFFER = 1 << 16
+
     def __init__(self, lo: float = 1e-6, hi: float = 1e4, bins_per_decade: int = 460) -> None:
         self.lo, self.bpd = lo, bins_per_decade
         self.nbins = int(np.ceil(np.log10(hi / lo) * bins_per_decade)) + 2
@@ -23,18 +25,36 @@ class LogHistogram:
         self.total = 0.0
         self.n = 0
         self.max = 0.0
+        self._buf = np.empty(self.BUFFER)
+        self._fill = 0
 
     def add(self, values: np.ndarray) -> None:
-        v = np.asarray(values, dtype=np.float64)
+        """Values are buffered and binned in bulk: one bincount per 65k values."""
+        m = len(values)
+        if self._fill + m > self.BUFFER:
+            self._flush()
+            if m > self.BUFFER:
+                self._bin(np.asarray(values, dtype=np.float64))
+                return
+        self._buf[self._fill:self._fill + m] = values
+        self._fill += m
+
+    def _flush(self) -> None:
+        if self._fill:
+            self._bin(self._buf[: self._fill])
+            self._fill = 0
+
+    def _bin(self, v: np.ndarray) -> None:
         if not v.size:
             return
         idx = np.floor(np.log10(np.maximum(v, self.lo * 0.5) / self.lo) * self.bpd).astype(np.int64) + 1
-        np.add.at(self.counts, np.clip(idx, 0, self.nbins - 1), 1)
+        self.counts += np.bincount(np.clip(idx, 0, self.nbins - 1), minlength=self.nbins)
         self.total += float(v.sum())
         self.n += v.size
         self.max = max(self.max, float(v.max()))
 
     def quantile(self, q: float) -> float:
+        self._flush()
         if self.n == 0:
             return float("nan")
         c = np.cumsum(self.counts)
@@ -45,6 +65,7 @@ class LogHistogram:
         return float(min(self.lo * 10 ** ((i - 0.5) / self.bpd), self.max))
 
     def summary(self) -> dict[str, float]:
+        self._flush()
         if self.n == 0:
             nan = float("nan")
             return {"mean": nan, "p50": nan, "p90": nan, "p99": nan, "count": 0}
@@ -71,6 +92,12 @@ class Metrics:
     def add_iteration(self, *row: float) -> None:
         for append, v in zip(self._append, row, strict=True):
             append(v)
+
+    def add_iterations(self, *cols) -> None:
+        """Many rows at once (scalars broadcast): the fast path's m steps."""
+        n = max(np.size(c) for c in cols)
+        for name, c in zip(ITER_COLUMNS, cols, strict=True):
+            self._cols[name].extend(np.broadcast_to(np.asarray(c, np.float64), (n,)).tolist())
 
     def iterations_frame(self) -> pd.DataFrame:
         df = pd.DataFrame({c: np.frombuffer(self._cols[c], dtype=np.float64)

@@ -33,6 +33,14 @@ class Drafter:
              prefill_qc: float) -> DraftCost:
         return DraftCost(0.0)
 
+    def cost_steps(self, k: np.ndarray, ctx: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Vectorised over S steps of an all-decode batch: k and ctx are (S, B) arrays.
+
+        Returns per-step (seconds, FLOPs, bytes); used by the worker's multi-step fast path.
+        """
+        z = np.zeros(k.shape[0])
+        return z, z, z
+
     def describe(self) -> str:
         return "no drafting"
 
@@ -44,10 +52,11 @@ class NoDrafter(Drafter):
 def _passes(k: np.ndarray, ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Aggregates of k sequential one-token passes: pass j holds the rows with k_i > j."""
     kmax = int(k.max()) if k.size else 0
-    j = np.arange(kmax)
-    mask = k[:, None] > j[None, :]
-    n = mask.sum(axis=0).astype(np.float64)
-    c = ((ctx[:, None] + j[None, :]) * mask).sum(axis=0).astype(np.float64)
+    cnt = np.bincount(k, minlength=kmax + 1)
+    csum = np.bincount(k, weights=ctx, minlength=kmax + 1)
+    # rows with k_i > j: suffix sums over k = j+1 .. kmax
+    n = (cnt[::-1].cumsum()[::-1])[1:].astype(np.float64)
+    c = (csum[::-1].cumsum()[::-1])[1:] + np.arange(kmax) * n
     return n, c + n, c  # tokens, qc (each token attends ctx + j + 1), ctx read
 
 
@@ -58,18 +67,32 @@ class SequentialDrafter(Drafter):
         self.name, self.model = name, model
 
     def cost(self, k, ctx, prefill_tokens, prefill_qc):
-        if not k.size or k.max() <= 0:
-            if prefill_tokens:
-                t = self.model.time(prefill_tokens, prefill_qc, 0.0)
-                return DraftCost(t, *self.model.work(prefill_tokens, prefill_qc, 0.0))
-            return DraftCost(0.0)
+        price = self.model.scalar
+        if not k.size:
+            return DraftCost(*price(prefill_tokens, prefill_qc, 0.0, 0.0))
         n, qc, c = _passes(k, ctx)
         # the drafter also prefills the new prompt chunks (its own KV), in its first pass
-        n[0] += prefill_tokens
-        qc[0] += prefill_qc
-        t = float(np.sum(self.model.time(n, qc, c)))
-        fl, by = self.model.work(n, qc, c)
-        return DraftCost(t, float(np.sum(fl)), float(np.sum(by)))
+        total = DraftCost(*price(n[0] + prefill_tokens, qc[0] + prefill_qc, c[0], n[0]))
+        for j in range(1, len(n)):
+            t, f, b = price(n[j], qc[j], c[j], n[j])
+            total.time_s += t
+            total.flops += f
+            total.bytes += b
+        return total
+
+    def cost_steps(self, k, ctx):
+        S = k.shape[0]
+        tt, ff, bb = np.zeros(S), np.zeros(S), np.zeros(S)
+        for j in range(int(k.max()) if k.size else 0):
+            mask = k > j
+            n = mask.sum(axis=1).astype(np.float64)
+            c = (ctx * mask).sum(axis=1) + j * n
+            t = np.where(n > 0, self.model.time(n, c + n, c, n), 0.0)
+            f, b = self.model.work(n, c + n, c, n)
+            tt += t
+            ff += np.where(n > 0, f, 0.0)
+            bb += np.where(n > 0, b, 0.0)
+        return tt, ff, bb
 
     def describe(self) -> str:
         m = self.model.model
@@ -87,8 +110,16 @@ class ParallelDrafter(SequentialDrafter):
             return DraftCost(0.0)
         qc = float((kk * ctx + kk * (kk + 1) / 2).sum()) + prefill_qc
         c = float(ctx[k > 0].sum())
-        t = self.model.time(tokens, qc, c)
-        return DraftCost(float(t), *(float(x) for x in self.model.work(tokens, qc, c)))
+        return DraftCost(*self.model.scalar(tokens, qc, c, float(kk.sum())))
+
+    def cost_steps(self, k, ctx):
+        kk = k.astype(np.float64)
+        tokens = kk.sum(axis=1)
+        qc = (kk * ctx + kk * (kk + 1) / 2).sum(axis=1)
+        c = (ctx * (k > 0)).sum(axis=1)
+        t = np.where(tokens > 0, self.model.time(tokens, qc, c, tokens), 0.0)
+        f, b = self.model.work(tokens, qc, c, tokens)
+        return t, np.where(tokens > 0, f, 0.0), np.where(tokens > 0, b, 0.0)
 
     def describe(self) -> str:
         m = self.model.model
@@ -107,6 +138,10 @@ class LookupDrafter(Drafter):
     def cost(self, k, ctx, prefill_tokens, prefill_qc):
         return DraftCost(self.cpu_s if k.size else 0.0)
 
+    def cost_steps(self, k, ctx):
+        z = np.zeros(k.shape[0])
+        return np.where((k > 0).any(axis=1), self.cpu_s, 0.0), z, z
+
     def describe(self) -> str:
         return (f"ngram lookup: {self.cpu_s * 1e6:.0f} us CPU per step, match rate "
                 f"{self.match_rate:.2f}")
@@ -124,8 +159,16 @@ class RatioDrafter(Drafter):
         rows = k > 0
         n = float(rows.sum())
         c = float(ctx[rows].sum())
-        step = self.target.time(n, c + n, c)
-        return DraftCost(self.ratio * float(k.max()) * float(step))
+        step = self.target.scalar(n, c + n, c, n)[0]
+        return DraftCost(self.ratio * float(k.max()) * step)
+
+    def cost_steps(self, k, ctx):
+        rows = k > 0
+        n = rows.sum(axis=1).astype(np.float64)
+        c = (ctx * rows).sum(axis=1)
+        step = self.target.time(n, c + n, c, n)
+        z = np.zeros(k.shape[0])
+        return np.where(n > 0, self.ratio * k.max(axis=1) * step, 0.0), z, z
 
     def describe(self) -> str:
         return f"{self.name}: draft cost {self.ratio:g} x target decode step per drafted token"
@@ -139,6 +182,10 @@ class FixedTimeDrafter(Drafter):
 
     def cost(self, k, ctx, prefill_tokens, prefill_qc):
         return DraftCost(self.s * float(k.max()) if k.size else 0.0)
+
+    def cost_steps(self, k, ctx):
+        z = np.zeros(k.shape[0])
+        return self.s * k.max(axis=1).astype(np.float64), z, z
 
     def describe(self) -> str:
         return f"{self.name}: {self.s * 1e3:g} ms per drafted token"

@@ -48,6 +48,7 @@ class Worker:
         self.verify_s = 0.0
         self.iterations = 0
         self.preemptions = 0
+        self._last_dt = 0.0
         self.process = self.env.process(self.loop())
 
     # ------------------------------------------------------------------ queueing
@@ -92,6 +93,11 @@ class Worker:
                 self.wake = env.event()
                 yield self.wake
                 self.wake = None
+                continue
+            fast = self._fast_plan() if sim.fast_path else None
+            if fast is not None:
+                yield env.timeout(fast["end"] - env.now)
+                self._fast_commit(fast)
                 continue
             plan = self._plan()
             dt = plan["time"]
@@ -161,15 +167,14 @@ class Worker:
         qc = float((qd * ctx_dec + qd * (qd + 1) / 2).sum()) + prefill_qc
         ctx_sum = float(ctx_dec.sum() + ctx_pre.sum())
         logits = float(qd.sum()) + completing
-        verify = sim.target.time(tokens, qc, ctx_sum, logits) if tokens > 0 else 0.0
-        vflops, vbytes = sim.target.work(tokens, qc, ctx_sum, logits) if tokens > 0 else (0, 0)
+        verify, vflops, vbytes = sim.target.scalar(tokens, qc, ctx_sum, logits)
         if sim.overlap_draft:
             dt = max(draft.time_s, verify)
         else:
             dt = draft.time_s + verify
         return {"time": dt, "dec": dec, "k": k, "pre": pre, "chunk": chunk, "rem": rem,
                 "draft": draft.time_s, "verify": verify, "tokens": tokens,
-                "flops": float(vflops) + draft.flops, "bytes": float(vbytes) + draft.bytes}
+                "flops": vflops + draft.flops, "bytes": vbytes + draft.bytes}
 
     def _preempt(self, blocks_short: int) -> None:
         """Recompute-style preemption: free the newest rows' KV and requeue them first."""
@@ -251,6 +256,7 @@ class Worker:
             sim.on_finish(len(rows))
         # accounting
         dt = plan["time"]
+        self._last_dt = dt
         self.iterations += 1
         self.busy_s += dt
         self.draft_s += plan["draft"]
@@ -266,3 +272,124 @@ class Worker:
             sim.metrics.add_iteration(now - dt, self.wid, len(run), len(dec), len(pre),
                                       plan["tokens"], int(k.sum()), plan["draft"], plan["verify"],
                                       cu, mu, kv.used)
+
+    # ------------------------------------------------------------------ fast path
+    FAST_STEPS = 256
+
+    def _fast_plan(self) -> dict | None:
+        """Advance an all-decode batch many steps at once (DESIGN.md, "The hot path").
+
+        Valid while nothing can change the batch: no queue, no prefill, no row within k+1
+        tokens of its end (so none finishes or has its k capped), KV fits, the next arrival
+        and the horizon not reached. Acceptance draws are keyed by (request, step), so the
+        tokens, steps and acceptances are those of the step-by-step loop; times agree to
+        floating-point rounding.
+        """
+        sim, t = self.sim, self.sim.table
+        if self.waiting or not len(self.run):
+            return None
+        run = self.run
+        kv0 = t.kv_len[run]
+        if (kv0 < t.prefill_target[run]).any():
+            return None
+        K = sim.controller.k
+        B = len(run)
+        if B * (K + 1) > self.sched.token_budget:
+            return None
+        left0 = t.output[run] - t.generated[run]
+        # steps possible before the first row gets within K+1 tokens of its end: at most
+        # (left - K - 2) // (K + 1) + 1 steps even if every draft is accepted; try a window.
+        room = int(left0.min()) - K - 1  # steps left for the nearest row at one token each
+        ahead = sim.next_arrival_time() - self.env.now
+        if self._last_dt > 0 and ahead < float("inf"):
+            room = min(room, int(ahead / self._last_dt) + 2)
+        S = min(self.FAST_STEPS, room)
+        if S < 2:
+            return None
+        steps0 = t.steps[run]
+        sidx = (steps0[None, :] + np.arange(S)[:, None]).astype(np.uint64)
+        if K > 0:
+            k = np.full((S, B), K, np.int64)
+            if not sim.drafter.proposes_always:
+                um = rng.uniform(t.match_key[run][None, :], sidx)
+                k = np.where(um <= sim.drafter.match_rate, k, 0)
+            cond = np.minimum(sim.alpha_table[t.cls_idx[run], :K] * t.alpha_scale[run, None], 1.0)
+            surv = np.cumprod(cond, axis=1)  # (B, K)
+            u = rng.uniform(t.accept_key[run][None, :], sidx)  # (S, B)
+            acc = np.minimum((u[:, :, None] <= surv[None, :, :]).sum(axis=2), k)
+        else:
+            k = np.zeros((S, B), np.int64)
+            acc = k
+        emit = acc + 1
+        cum = np.cumsum(emit, axis=0)
+        before = cum - emit  # tokens emitted in the segment before step s
+        ok = ((left0[None, :] - before) >= K + 2).all(axis=1)
+        # KV: blocks held before each step, needed during it, kept after it
+        bs = self.kv.block_size
+        kvb = kv0[None, :] + before
+        need = -(-(kvb + k + 1) // bs)
+        held = -(-kvb // bs)
+        held[0] = t.blocks[run]
+        during_rows = np.maximum(held, need)
+        after_rows = np.minimum(during_rows, -(-(kv0[None, :] + cum) // bs))
+        during = during_rows.sum(axis=1)
+        ok &= during <= self.kv.total
+        # price every step: drafting + one verification pass of k+1 tokens per row
+        ctx = kvb.astype(np.float64)
+        q = (k + 1).astype(np.float64)
+        tokens = q.sum(axis=1)
+        qc = (q * ctx + q * (q + 1) / 2).sum(axis=1)
+        csum = ctx.sum(axis=1)
+        vt = sim.target.time(tokens, qc, csum, tokens)
+        vf, vb = sim.target.work(tokens, qc, csum, tokens)
+        dtt, dtf, dtb = sim.drafter.cost_steps(k, ctx)
+        dt = np.maximum(dtt, vt) if sim.overlap_draft else dtt + vt
+        end = self.env.now + np.cumsum(dt)
+        start = end - dt
+        ok &= start < sim.next_arrival_time()
+        if sim.horizon is not None:
+            ok &= end < sim.horizon
+        m = int(np.argmin(ok)) if not ok.all() else S
+        self._last_dt = float(dt[0])
+        if m < 2:
+            return None
+        return {"m": m, "k": k[:m], "acc": acc[:m], "emit": cum[m - 1], "dt": dt[:m],
+                "start": start[:m], "end": float(end[m - 1]), "draft": dtt[:m], "verify": vt[:m],
+                "flops": vf[:m] + dtf[:m], "bytes": vb[:m] + dtb[:m], "tokens": tokens[:m],
+                "during": during[:m], "after_rows": after_rows[m - 1],
+                "after": after_rows[:m].sum(axis=1)}
+
+    def _fast_commit(self, f: dict) -> None:
+        sim, t, kv, now = self.sim, self.sim.table, self.kv, self.env.now
+        run, m, B = self.run, f["m"], len(self.run)
+        acc = f["acc"].sum(axis=0)
+        emitted = f["emit"]
+        first_gap = (f["start"][0] + f["dt"][0]) - t.last_delivery[run]
+        sim.metrics.add_itl(first_gap)
+        if m > 1:
+            sim.metrics.add_itl(np.repeat(f["dt"][1:], B))
+        t.generated[run] += emitted
+        t.accepted[run] += acc
+        t.bonus[run] += m
+        t.drafted[run] += f["k"].sum(axis=0)
+        t.steps[run] += m
+        t.kv_len[run] += emitted
+        t.last_delivery[run] = now
+        held = int(t.blocks[run].sum())
+        t.blocks[run] = f["after_rows"]
+        kv.used += int(f["after_rows"].sum()) - held
+        kv.peak = max(kv.peak, int(f["during"].max()), kv.used)
+        dt = f["dt"]
+        self.iterations += m
+        self.busy_s += float(dt.sum())
+        self.draft_s += float(f["draft"].sum())
+        self.verify_s += float(f["verify"].sum())
+        cu = f["flops"] / (dt * sim.peak_flops)
+        mu = f["bytes"] / (dt * sim.hbm_bw)
+        util = np.minimum(np.maximum(cu, mu), 1.0)
+        self.energy_j += sim.tp * float((dt * (sim.power_idle
+                                               + (sim.power_max - sim.power_idle) * util)).sum())
+        if sim.record_iterations:
+            sim.metrics.add_iterations(
+                f["start"], self.wid, B, B, 0, f["tokens"], f["k"].sum(axis=1), f["draft"],
+                f["verify"], cu, mu, f["after"])

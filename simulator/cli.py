@@ -1,0 +1,164 @@
+"""The ``specsim`` command line: a thin layer over the Python API.
+
+User errors (bad scenario, unknown catalog name, bad trace) print one line,
+``specsim: error: ...``, and exit with status 2; nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from .engine import USER_ERRORS, load_scenario, run_scenario
+
+console = Console(stderr=True)
+
+
+def _fmt(x, scale: float = 1.0, digits: int = 2) -> str:
+    if x is None or x != x:
+        return "-"
+    return f"{x * scale:,.{digits}f}"
+
+
+def summary_table(m: dict) -> Table:
+    """The summary a person reads after a run: latency, throughput, speculation, cost."""
+    tab = Table(title=f"specsim: {m['scenario']} (seed {m['seed']})", show_header=True)
+    tab.add_column("metric")
+    tab.add_column("mean", justify="right")
+    tab.add_column("p50", justify="right")
+    tab.add_column("p90", justify="right")
+    tab.add_column("p99", justify="right")
+    for key, label in (("ttft_s", "TTFT (ms)"), ("tpot_s", "TPOT (ms)"), ("itl_s", "ITL (ms)"),
+                       ("e2e_s", "E2E (s)")):
+        d = m[key]
+        s = 1.0 if key == "e2e_s" else 1e3
+        tab.add_row(label, *(_fmt(d[q], s) for q in ("mean", "p50", "p90", "p99")))
+    tab.add_section()
+    rows = [
+        ("requests arrived / completed / rejected / in flight",
+         f"{m['requests_arrived']} / {m['requests_completed']} / {m['requests_rejected']} / "
+         f"{m['requests_in_flight']}"),
+        ("output tokens", f"{m['output_tokens']:,}"),
+        ("throughput (output tok/s)", _fmt(m["throughput_output_tokens_per_s"], 1, 1)),
+        ("goodput (req/s meeting SLOs)", _fmt(m["goodput_requests_per_s"], 1, 3)),
+        ("mean acceptance length (tok/step)", _fmt(m["mean_acceptance_length"], 1, 3)),
+        ("acceptance rate", _fmt(m["acceptance_rate"], 1, 3)),
+        ("draft / verify time fraction",
+         f"{_fmt(m['draft_time_fraction'], 1, 3)} / {_fmt(m['verify_time_fraction'], 1, 3)}"),
+        ("KV peak utilization", _fmt(m["kv_peak_utilization"], 1, 3)),
+        ("$ per million output tokens", _fmt(m["cost_usd_per_million_output_tokens"], 1, 3)),
+        ("energy per output token (J)", _fmt(m["energy_j_per_output_token"], 1, 3)),
+        ("simulated time (s) / wall time (s)",
+         f"{_fmt(m['simulated_time_s'], 1, 1)} / {_fmt(m['wall_time_s'], 1, 2)}"),
+        ("cost model", m["calibration"]),
+    ]
+    for label, value in rows:
+        tab.add_row(label, value, "", "", "")
+    return tab
+
+
+def _progress_bar(total_requests: int):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/"
+                    "{task.total} arrivals"), TextColumn("t={task.fields[sim_t]:.1f}s"),
+                    TimeElapsedColumn(), console=console, transient=True)
+    task = prog.add_task("run", total=total_requests, sim_t=0.0)
+
+    def update(sim_t: float, arrived: int) -> None:
+        prog.update(task, completed=arrived, sim_t=sim_t)
+
+    return prog, update
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .engine import build_trace
+    from .output import write_outputs
+
+    source = args.scenario
+    sc, base, origin = load_scenario(source, args.set, args.seed)
+    show = sc["simulation"]["progress"] and not args.quiet
+    if show:
+        from cost_models.catalog import get_model
+
+        try:
+            trace = build_trace(sc, base, get_model(sc["model"], "model").max_context)
+        except USER_ERRORS as exc:
+            raise type(exc)(f"{origin}: {exc}") from None
+        prog, update = _progress_bar(len(trace))
+        with prog:
+            result = run_scenario(source, seed=args.seed, overrides=args.set, trace=trace,
+                                  progress=update)
+    else:
+        result = run_scenario(source, seed=args.seed, overrides=args.set)
+    if args.out:
+        write_outputs(result, Path(args.out), report=not args.no_report)
+    Console().print(summary_table(result.metrics))
+    for note in result.notes:
+        console.print(f"note: {note}")
+    if args.out:
+        console.print(f"wrote {args.out}/metrics.json, requests.csv, iterations.csv"
+                      + ("" if args.no_report else ", report.md"))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from cost_models.catalog import get_model
+
+    from .engine import Simulation, build_trace
+
+    sc, base, origin = load_scenario(args.scenario, args.set, None)
+    try:
+        trace = build_trace(sc, base, get_model(sc["model"], "model").max_context)
+        Simulation(sc, trace, base)
+    except USER_ERRORS as exc:
+        raise type(exc)(f"{origin}: {exc}") from None
+    print(f"{origin}: ok ({len(trace)} requests, model {sc['model'] if isinstance(sc['model'], str) else 'inline'})")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specsim", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="simulate a scenario and report")
+    r.add_argument("scenario")
+    r.add_argument("--out", help="folder for metrics.json, requests.csv, iterations.csv, report.md")
+    r.add_argument("--seed", type=int, help="override the scenario's seed")
+    r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a scenario key (repeatable), validated like the file")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--no-report", action="store_true", help="skip report.md and plots")
+    r.set_defaults(func=cmd_run)
+    v = sub.add_parser("validate", help="check a scenario without running it")
+    v.add_argument("scenario")
+    v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    v.set_defaults(func=cmd_validate)
+    for mod, fn in (("traces.cli", "add_trace_commands"),
+                    ("cost_models.calibrate.cli", "add_calibrate_command")):
+        try:
+            module = __import__(mod, fromlist=[fn])
+        except ImportError:
+            continue
+        getattr(module, fn)(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as exc:
+        print(f"specsim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specsim: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
