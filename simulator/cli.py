@@ -13,7 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from .engine import USER_ERRORS, load_scenario, run_scenario
+from .engine import USER_ERRORS, in_file, load_scenario, run_scenario
 
 console = Console(stderr=True)
 
@@ -85,10 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if show:
         from cost_models.catalog import get_model
 
-        try:
+        with in_file(origin):
             trace = build_trace(sc, base, get_model(sc["model"], "model").max_context)
-        except USER_ERRORS as exc:
-            raise type(exc)(f"{origin}: {exc}") from None
         prog, update = _progress_bar(len(trace))
         with prog:
             result = run_scenario(source, seed=args.seed, overrides=args.set, trace=trace,
@@ -112,11 +110,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .engine import Simulation, build_trace
 
     sc, base, origin = load_scenario(args.scenario, args.set, None)
-    try:
+    with in_file(origin):
         trace = build_trace(sc, base, get_model(sc["model"], "model").max_context)
         Simulation(sc, trace, base)
-    except USER_ERRORS as exc:
-        raise type(exc)(f"{origin}: {exc}") from None
     print(f"{origin}: ok ({len(trace)} requests, model {sc['model'] if isinstance(sc['model'], str) else 'inline'})")
     return 0
 

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -314,11 +315,12 @@ class Simulation:
             "slo": {"ttft_s": slo["ttft_s"], "tpot_s": slo["tpot_s"]},
             "mean_acceptance_length": (decode_tokens / steps) if steps else 1.0,
             "acceptance_rate": (int(t.accepted.sum()) / drafted) if drafted else 0.0,
-            "draft_time_fraction": draft_s / busy if busy else 0.0,
-            "verify_time_fraction": verify_s / busy if busy else 0.0,
+            "draft_time_fraction": float(draft_s / busy) if busy else 0.0,
+            "verify_time_fraction": float(verify_s / busy) if busy else 0.0,
             "busy_fraction": busy / (self.n_workers * now) if now else 0.0,
             "kv_peak_utilization": kv_peak,
             "kv_blocks_per_worker": self.kv_blocks,
+            "kv_blocks_used_at_end": int(sum(w.kv.used for w in self.workers)),
             "preemptions": int(sum(w.preemptions for w in self.workers)),
             "iterations": int(sum(w.iterations for w in self.workers)),
             "cost_usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
@@ -364,13 +366,26 @@ def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,
     else:
         path = Path(source)
         raw, base, origin = cfg.read_yaml(path), path.resolve().parent, str(path)
-    raw = cfg.apply_overrides(raw, overrides)
-    if seed is not None:
-        raw["seed"] = seed
-    sc = cfg.validate(raw)
-    if sc["workload"] is None:
-        raise ScenarioError("workload: required (a trace file or a synthetic generator)")
+    with in_file(origin):
+        raw = cfg.apply_overrides(raw, overrides)
+        if seed is not None:
+            raw["seed"] = seed
+        sc = cfg.validate(raw)
+        if sc["workload"] is None:
+            raise ScenarioError("workload: required (a trace file or a synthetic generator)")
     return sc, base, origin
+
+
+@contextlib.contextmanager
+def in_file(origin: str):
+    """Re-raise user errors with the scenario file named first (once)."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        msg = str(exc)
+        if origin != "scenario" and not msg.startswith(origin):
+            msg = f"{origin}: {msg}"
+        raise type(exc)(msg) from None
 
 
 def build_trace(sc: dict[str, Any], base: Path, max_context: int) -> pd.DataFrame:
@@ -388,17 +403,12 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
     messages naming the file and key. ``trace`` bypasses the scenario's workload section.
     """
     origin = str(source) if not isinstance(source, dict) else "scenario"
-    try:
+    with in_file(origin):
         sc, base, origin = load_scenario(source, overrides, seed)
         if trace is None:
             model = get_model(sc["model"], "model")
             trace = build_trace(sc, base, model.max_context)
         sim = Simulation(sc, trace, base, progress)
-    except USER_ERRORS as exc:
-        msg = str(exc)
-        if origin != "scenario" and not msg.startswith(origin):
-            msg = f"{origin}: {msg}"
-        raise type(exc)(msg) from None
     t0 = time.perf_counter()
     sim.run()
     wall = time.perf_counter() - t0

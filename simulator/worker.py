@@ -240,6 +240,7 @@ class Worker:
                 again = rows[~first]  # recomputed after preemption: a delivery too
                 if len(again):
                     sim.metrics.add_itl(now - t.last_delivery[again])
+                    t.steps[again] += 1  # a target step that emitted one token
                 t.generated[rows] += 1
                 t.bonus[rows] += 1
                 t.last_delivery[rows] = now

@@ -1,0 +1,39 @@
+"""Shared test helpers: small traces built in memory, and where ../shared lives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def make_trace(n: int, *, rate: float | None = None, gap: float | None = None, prompt=128,
+               output=128, cls: str = "chat", seed: int = 0) -> pd.DataFrame:
+    """A trace in the schema: Poisson arrivals at ``rate`` or fixed ``gap`` seconds apart."""
+    r = np.random.default_rng(seed)
+    if gap is not None:
+        arrival = np.arange(n) * float(gap)
+    else:
+        arrival = np.cumsum(r.exponential(1.0 / (rate or 1.0), n))
+    def lengths(x):
+        if isinstance(x, tuple):
+            return r.integers(x[0], x[1] + 1, n)
+        return np.full(n, int(x))
+    return pd.DataFrame({
+        "arrival_s": arrival, "request_id": np.arange(n), "session_id": -1, "turn": 0,
+        "prompt_tokens": lengths(prompt), "output_tokens": lengths(output),
+        "workload_class": cls, "prefix_block_ids": [()] * n, "temperature": 0.0,
+        "slo_tier": "standard",
+    })
+
+
+@pytest.fixture
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip(f"{SHARED} is absent (a fresh clone has no ../shared): real-data test skipped")
+    return SHARED

@@ -1,0 +1,97 @@
+"""Invariants: every arrival is accounted for, KV blocks never leak, tokens add up."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.engine import run_scenario
+from tests.conftest import make_trace
+
+
+def scenario(**spec):
+    return {
+        "model": "Llama-3.1-8B",
+        "hardware": {"accelerator": "H100-SXM", "count": 2, "memory_fraction": 0.235},
+        "speculation": {"method": "draft_model", "k": 5, "drafter": "Llama-3.2-1B",
+                        "acceptance": {"alpha": 0.75, "per_request": {"concentration": 8}},
+                        **spec},
+        "scheduler": {"max_batch": 64, "token_budget": 2048, "max_queue": 40},
+        "router": {"policy": "least_loaded"},
+        "workload": {},
+        "simulation": {"progress": False},
+    }
+
+
+TRACE = make_trace(600, rate=40.0, prompt=(50, 3000), output=(1, 900), seed=3)
+
+
+def _check(res, expect_all_done: bool):
+    m, req = res.metrics, res.requests
+    assert m["requests_arrived"] == (m["requests_completed"] + m["requests_rejected"]
+                                     + m["requests_in_flight"])
+    counts = req["status"].value_counts().to_dict()
+    assert counts.get("completed", 0) == m["requests_completed"]
+    assert counts.get("rejected", 0) == m["requests_rejected"]
+    # tokens emitted = accepted drafts + bonus (target-sampled) tokens, per request
+    assert (req["output_tokens"] == req["accepted_tokens"] + req["bonus_tokens"]).all()
+    assert m["output_tokens"] == m["accepted_tokens"] + m["bonus_tokens"]
+    done = req[req.status == "completed"]
+    assert (done["output_tokens"] == done["output_tokens_requested"]).all()
+    assert (req["accepted_tokens"] <= req["drafted_tokens"]).all()
+    if expect_all_done:
+        assert m["requests_in_flight"] == 0
+        assert m["kv_blocks_used_at_end"] == 0
+
+
+def test_conservation_under_kv_pressure_with_preemption_and_rejection():
+    res = run_scenario(scenario(), trace=TRACE)
+    m = res.metrics
+    assert m["preemptions"] > 0, "the scenario is meant to exercise preemption"
+    assert m["requests_rejected"] > 0, "and the queue limit"
+    assert m["kv_peak_utilization"] > 0.9
+    _check(res, expect_all_done=True)
+
+
+def test_conservation_at_a_horizon_counts_requests_in_flight():
+    sc = scenario()
+    sc["simulation"]["horizon_s"] = 8.0
+    res = run_scenario(sc, trace=TRACE)
+    assert res.metrics["requests_in_flight"] > 0
+    assert res.metrics["simulated_time_s"] == pytest.approx(8.0)
+    _check(res, expect_all_done=False)
+
+
+def test_requests_too_long_for_the_model_are_rejected_and_counted():
+    tr = make_trace(20, rate=5.0, prompt=100, output=50)
+    tr.loc[[3, 7], "prompt_tokens"] = 200_000
+    res = run_scenario(scenario(), trace=tr)
+    assert res.metrics["rejected_by_reason"] == {"exceeds model context": 2}
+    _check(res, expect_all_done=True)
+
+
+@pytest.mark.parametrize("method,extra", [
+    ("ngram", {"ngram": {"match_rate": 0.5}, "drafter": None}),
+    ("eagle3", {"drafter": None}),
+    ("pard", {}),
+    ("none", {"drafter": None}),
+])
+def test_conservation_for_each_drafter(method, extra):
+    res = run_scenario(scenario(method=method, **extra), trace=TRACE)
+    _check(res, expect_all_done=True)
+    if method == "none":
+        assert res.metrics["mean_acceptance_length"] == 1.0
+        assert res.metrics["drafted_tokens"] == 0
+
+
+def test_fast_path_gives_the_step_by_step_result():
+    tr = make_trace(300, rate=3.0, prompt=(50, 600), output=(20, 600), seed=5)
+    sc = scenario()
+    sc["hardware"]["memory_fraction"] = 0.9
+    fast = run_scenario(sc, trace=tr, overrides={"simulation.fast_path": True})
+    slow = run_scenario(sc, trace=tr, overrides={"simulation.fast_path": False})
+    a, b = fast.requests, slow.requests
+    for col in ("output_tokens", "accepted_tokens", "drafted_tokens", "steps", "worker"):
+        assert (a[col] == b[col]).all(), col
+    np.testing.assert_allclose(a["finish_s"], b["finish_s"], rtol=1e-9)
+    assert fast.metrics["iterations"] == slow.metrics["iterations"]
