@@ -160,6 +160,20 @@ class ForwardCostModel:
              + self._comm_per_token * tokens + self._comm_fixed + self._overhead)
         return t, fl_lin + fl_att, by_lin + by_att
 
+    def time_and_work(self, tokens, qc, ctx, logits=None):
+        """Seconds, FLOPs and bytes of passes (arrays), sharing one evaluation of the parts."""
+        t = np.asarray(tokens, dtype=np.float64)
+        lg = t if logits is None else np.asarray(logits, dtype=np.float64)
+        compute_lin, mem_lin, compute_attn, mem_attn = self._parts(t, qc, ctx, lg)
+        lin = np.maximum(compute_lin * (1.0 + self._dequant), mem_lin)
+        attn = np.maximum(compute_attn, mem_attn)
+        comm = self._comm_per_token * t + self._comm_fixed
+        live = t > 0
+        total = np.where(live, lin + attn + comm + self._overhead, 0.0)
+        flops = np.where(live, compute_lin * self._lin_rate + compute_attn * self._attn_rate, 0.0)
+        nbytes = np.where(live, (mem_lin + mem_attn) * self._bw, 0.0)
+        return total, flops, nbytes
+
     def work(self, tokens, qc, ctx, logits=None):
         """FLOPs and bytes per device of passes with these aggregates (utilisation, energy)."""
         t = np.asarray(tokens, dtype=np.float64)

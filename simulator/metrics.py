@@ -97,7 +97,10 @@ class Metrics:
         """Many rows at once (scalars broadcast): the fast path's m steps."""
         n = max(np.size(c) for c in cols)
         for name, c in zip(ITER_COLUMNS, cols, strict=True):
-            self._cols[name].extend(np.broadcast_to(np.asarray(c, np.float64), (n,)).tolist())
+            col = np.asarray(c, np.float64)
+            if col.ndim == 0:
+                col = np.full(n, float(col))
+            self._cols[name].frombytes(np.ascontiguousarray(col).tobytes())
 
     def iterations_frame(self) -> pd.DataFrame:
         df = pd.DataFrame({c: np.frombuffer(self._cols[c], dtype=np.float64)

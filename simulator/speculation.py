@@ -33,8 +33,9 @@ class Drafter:
              prefill_qc: float) -> DraftCost:
         return DraftCost(0.0)
 
-    def cost_steps(self, k: np.ndarray, ctx: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Vectorised over S steps of an all-decode batch: k and ctx are (S, B) arrays.
+    def cost_steps(self, k: np.ndarray, ctx: np.ndarray, pf_tokens: np.ndarray | None = None,
+                   pf_qc: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+        """Vectorised over S steps: k and ctx are (S, B); prefill tokens and qc are (S,).
 
         Returns per-step (seconds, FLOPs, bytes); used by the worker's multi-step fast path.
         """
@@ -80,19 +81,23 @@ class SequentialDrafter(Drafter):
             total.bytes += b
         return total
 
-    def cost_steps(self, k, ctx):
+    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
         S = k.shape[0]
-        tt, ff, bb = np.zeros(S), np.zeros(S), np.zeros(S)
-        for j in range(int(k.max()) if k.size else 0):
-            mask = k > j
-            n = mask.sum(axis=1).astype(np.float64)
-            c = (ctx * mask).sum(axis=1) + j * n
-            t = np.where(n > 0, self.model.time(n, c + n, c, n), 0.0)
-            f, b = self.model.work(n, c + n, c, n)
-            tt += t
-            ff += np.where(n > 0, f, 0.0)
-            bb += np.where(n > 0, b, 0.0)
-        return tt, ff, bb
+        has_pf = pf_tokens is not None and bool(pf_tokens.any())
+        kmax = max(int(k.max()) if k.size else 0, 1 if has_pf else 0)
+        if kmax == 0:
+            z = np.zeros(S)
+            return z, z, z
+        j = np.arange(kmax)
+        mask = k[:, :, None] > j[None, None, :]  # (S, B, passes)
+        n = mask.sum(axis=1).astype(np.float64)  # rows in pass j of step s
+        c = np.einsum("sb,sbj->sj", ctx, mask) + j[None, :] * n
+        tok, qc = n.copy(), c + n
+        if has_pf:  # the drafter prefills new prompt chunks in its first pass
+            tok[:, 0] += pf_tokens
+            qc[:, 0] += pf_qc
+        t, f, b = self.model.time_and_work(tok, qc, c, n)
+        return t.sum(axis=1), f.sum(axis=1), b.sum(axis=1)
 
     def describe(self) -> str:
         m = self.model.model
@@ -112,14 +117,14 @@ class ParallelDrafter(SequentialDrafter):
         c = float(ctx[k > 0].sum())
         return DraftCost(*self.model.scalar(tokens, qc, c, float(kk.sum())))
 
-    def cost_steps(self, k, ctx):
+    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
         kk = k.astype(np.float64)
-        tokens = kk.sum(axis=1)
+        drafted = kk.sum(axis=1)
         qc = (kk * ctx + kk * (kk + 1) / 2).sum(axis=1)
         c = (ctx * (k > 0)).sum(axis=1)
-        t = np.where(tokens > 0, self.model.time(tokens, qc, c, tokens), 0.0)
-        f, b = self.model.work(tokens, qc, c, tokens)
-        return t, np.where(tokens > 0, f, 0.0), np.where(tokens > 0, b, 0.0)
+        if pf_tokens is not None:
+            return self.model.time_and_work(drafted + pf_tokens, qc + pf_qc, c, drafted)
+        return self.model.time_and_work(drafted, qc, c, drafted)
 
     def describe(self) -> str:
         m = self.model.model
@@ -138,7 +143,7 @@ class LookupDrafter(Drafter):
     def cost(self, k, ctx, prefill_tokens, prefill_qc):
         return DraftCost(self.cpu_s if k.size else 0.0)
 
-    def cost_steps(self, k, ctx):
+    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
         z = np.zeros(k.shape[0])
         return np.where((k > 0).any(axis=1), self.cpu_s, 0.0), z, z
 
@@ -162,7 +167,7 @@ class RatioDrafter(Drafter):
         step = self.target.scalar(n, c + n, c, n)[0]
         return DraftCost(self.ratio * float(k.max()) * step)
 
-    def cost_steps(self, k, ctx):
+    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
         rows = k > 0
         n = rows.sum(axis=1).astype(np.float64)
         c = (ctx * rows).sum(axis=1)
@@ -183,7 +188,7 @@ class FixedTimeDrafter(Drafter):
     def cost(self, k, ctx, prefill_tokens, prefill_qc):
         return DraftCost(self.s * float(k.max()) if k.size else 0.0)
 
-    def cost_steps(self, k, ctx):
+    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
         z = np.zeros(k.shape[0])
         return self.s * k.max(axis=1).astype(np.float64), z, z
 
@@ -191,15 +196,22 @@ class FixedTimeDrafter(Drafter):
         return f"{self.name}: {self.s * 1e3:g} ms per drafted token"
 
 
+EAGLE3_DRAFT_VOCAB = 32000  # EAGLE-3's reduced draft vocabulary (Li et al. 2025; draft_vocab_size)
+
+
 def eagle_head(target_model, layers: int = 1):
-    """EAGLE-style draft head: one decoder layer of the target's shape plus its LM head."""
+    """EAGLE-style draft head: one decoder layer of the target's shape plus a draft LM head.
+
+    The head reads the target's embeddings (a lookup, not a pass over the matrix) and has
+    its own LM head over a reduced vocabulary, so only one layer and that head are priced.
+    """
+    inter = target_model.intermediate_size or (target_model.moe.expert_intermediate_size
+                                                * target_model.moe.top_k)
     return replace(target_model, name=f"{target_model.name}-draft-head", n_layers=layers,
-                   moe=None, intermediate_size=(target_model.intermediate_size or
-                                                 (target_model.moe.expert_intermediate_size *
-                                                  target_model.moe.top_k)),
-                   tied_embeddings=True, mtp_layers=0,
-                   source=f"derived: {layers} decoder layer(s) + LM head of {target_model.name} "
-                          "(EAGLE-3 / MTP head structure)")
+                   moe=None, intermediate_size=inter, tied_embeddings=True, mtp_layers=0,
+                   vocab_size=min(target_model.vocab_size, EAGLE3_DRAFT_VOCAB),
+                   source=f"derived: {layers} decoder layer(s) of {target_model.name} + LM head "
+                          f"over a {EAGLE3_DRAFT_VOCAB}-token draft vocabulary (EAGLE-3)")
 
 
 # ------------------------------------------------------------------ controllers

@@ -278,72 +278,100 @@ class Worker:
     FAST_STEPS = 256
 
     def _fast_plan(self) -> dict | None:
-        """Advance an all-decode batch many steps at once (DESIGN.md, "The hot path").
+        """Advance the batch many iterations at once (DESIGN.md, "The hot path").
 
-        Valid while nothing can change the batch: no queue, no prefill, no row within k+1
-        tokens of its end (so none finishes or has its k capped), KV fits, the next arrival
-        and the horizon not reached. Acceptance draws are keyed by (request, step), so the
-        tokens, steps and acceptances are those of the step-by-step loop; times agree to
-        floating-point rounding.
+        Valid while nothing can change the batch: no queue, KV fits, the next arrival and the
+        horizon not reached; prompts admitted just now may join if they all complete in the
+        first step (one chunk each). The segment ends with the first step in which a row
+        finishes. Near its end a row's k is capped at (tokens left - 1); with survival-curve
+        sampling the capped accepted count is min(drawn, cap), so generated tokens follow
+        min(cumulative emits, requested) in closed form. Acceptance draws are keyed by
+        (request, step): tokens, steps and acceptances equal the step-by-step loop's, and
+        times agree to floating-point rounding.
         """
         sim, t = self.sim, self.sim.table
         if self.waiting or not len(self.run):
             return None
         run = self.run
         kv0 = t.kv_len[run]
-        if (kv0 < t.prefill_target[run]).any():
-            return None
+        rem0 = t.prefill_target[run] - kv0
+        pre = rem0 > 0  # prompts to prefill in step 0
+        if pre.any() and (t.generated[run][pre] > 0).any():
+            return None  # recomputation after preemption: the step-by-step path handles it
         K = sim.controller.k
         B = len(run)
         if B * (K + 1) > self.sched.token_budget:
             return None
         left0 = t.output[run] - t.generated[run]
-        # steps possible before the first row gets within K+1 tokens of its end: at most
-        # (left - K - 2) // (K + 1) + 1 steps even if every draft is accepted; try a window.
-        room = int(left0.min()) - K - 1  # steps left for the nearest row at one token each
+        room = int(left0.min()) + (1 if pre.any() else 0)  # the first finish comes by then
         ahead = sim.next_arrival_time() - self.env.now
         if self._last_dt > 0 and ahead < float("inf"):
-            room = min(room, int(ahead / self._last_dt) + 2)
-        S = min(self.FAST_STEPS, room)
-        if S < 2:
-            return None
-        steps0 = t.steps[run]
-        sidx = (steps0[None, :] + np.arange(S)[:, None]).astype(np.uint64)
+            room = min(room, int(ahead / self._last_dt) + 1)
+        S = max(min(self.FAST_STEPS, room), 2)
+        steps = np.arange(S)[:, None]
+        sidx = (t.steps[run][None, :] + steps - pre[None, :]).astype(np.uint64)
         if K > 0:
-            k = np.full((S, B), K, np.int64)
+            kfull = np.full((S, B), K, np.int64)
             if not sim.drafter.proposes_always:
                 um = rng.uniform(t.match_key[run][None, :], sidx)
-                k = np.where(um <= sim.drafter.match_rate, k, 0)
+                kfull = np.where(um <= sim.drafter.match_rate, kfull, 0)
             cond = np.minimum(sim.alpha_table[t.cls_idx[run], :K] * t.alpha_scale[run, None], 1.0)
             surv = np.cumprod(cond, axis=1)  # (B, K)
             u = rng.uniform(t.accept_key[run][None, :], sidx)  # (S, B)
-            acc = np.minimum((u[:, :, None] <= surv[None, :, :]).sum(axis=2), k)
+            afull = np.minimum((u[:, :, None] <= surv[None, :, :]).sum(axis=2), kfull)
+            kfull[0, pre] = 0
+            afull[0, pre] = 0
         else:
-            k = np.zeros((S, B), np.int64)
-            acc = k
+            kfull = afull = np.zeros((S, B), np.int64)
+        cum_full = np.cumsum(afull + 1, axis=0)
+        before = np.minimum(cum_full - afull - 1, left0[None, :])  # emitted before step s
+        left = left0[None, :] - before
+        k = np.minimum(kfull, np.maximum(left - 1, 0))
+        acc = np.minimum(afull, k)
         emit = acc + 1
-        cum = np.cumsum(emit, axis=0)
-        before = cum - emit  # tokens emitted in the segment before step s
-        ok = ((left0[None, :] - before) >= K + 2).all(axis=1)
+        q = k + 1
+        q[0] = np.where(pre, rem0, q[0])
+        kv_add = emit.copy()
+        kv_add[0] = np.where(pre, rem0, emit[0])
+        n_pre = int(pre.sum())
+        if n_pre:
+            room0 = self.sched.token_budget - int(q[0][~pre].sum())
+            if int(rem0[pre].sum()) > room0:
+                return None  # the prompts need more than one chunk
+        finishing = (left - emit) <= 0  # only meaningful up to the first finish
+        ok = np.ones(S, bool)
+        fin_any = finishing.any(axis=1)
+        if fin_any.any():
+            ok[int(np.argmax(fin_any)) + 1:] = False
         # KV: blocks held before each step, needed during it, kept after it
         bs = self.kv.block_size
-        kvb = kv0[None, :] + before
-        need = -(-(kvb + k + 1) // bs)
+        kvb = kv0[None, :] + np.cumsum(kv_add, axis=0) - kv_add
+        need = -(-(kvb + q) // bs)
         held = -(-kvb // bs)
         held[0] = t.blocks[run]
+        held[1, pre] = np.maximum(t.blocks[run][pre], need[0, pre])  # prefill keeps its reserve
         during_rows = np.maximum(held, need)
-        after_rows = np.minimum(during_rows, -(-(kv0[None, :] + cum) // bs))
-        during = during_rows.sum(axis=1)
-        ok &= during <= self.kv.total
-        # price every step: drafting + one verification pass of k+1 tokens per row
+        after_rows = np.minimum(during_rows, -(-(kvb + kv_add) // bs))
+        after_rows[0, pre] = during_rows[0, pre]
+        ok &= during_rows.sum(axis=1) <= self.kv.total
+        # price every step: drafting + one verification pass of every row's q tokens
         ctx = kvb.astype(np.float64)
-        q = (k + 1).astype(np.float64)
-        tokens = q.sum(axis=1)
-        qc = (q * ctx + q * (q + 1) / 2).sum(axis=1)
+        qf = q.astype(np.float64)
+        tokens = qf.sum(axis=1)
+        qc = (qf * ctx + qf * (qf + 1) / 2).sum(axis=1)
         csum = ctx.sum(axis=1)
-        vt = sim.target.time(tokens, qc, csum, tokens)
-        vf, vb = sim.target.work(tokens, qc, csum, tokens)
-        dtt, dtf, dtb = sim.drafter.cost_steps(k, ctx)
+        logits = tokens.copy()
+        pf_tokens = np.zeros(S)
+        pf_qc = np.zeros(S)
+        if n_pre:
+            pf_tokens[0] = float(qf[0, pre].sum())
+            pf_qc[0] = float((qf[0, pre] * ctx[0, pre] + qf[0, pre] * (qf[0, pre] + 1) / 2).sum())
+            logits[0] = tokens[0] - pf_tokens[0] + n_pre
+        vt, vf, vb = sim.target.time_and_work(tokens, qc, csum, logits)
+        if sim.drafter_prefills:
+            dtt, dtf, dtb = sim.drafter.cost_steps(k, ctx, pf_tokens, pf_qc)
+        else:
+            dtt, dtf, dtb = sim.drafter.cost_steps(k, ctx)
         dt = np.maximum(dtt, vt) if sim.overlap_draft else dtt + vt
         end = self.env.now + np.cumsum(dt)
         start = end - dt
@@ -351,36 +379,51 @@ class Worker:
         if sim.horizon is not None:
             ok &= end < sim.horizon
         m = int(np.argmin(ok)) if not ok.all() else S
-        self._last_dt = float(dt[0])
-        if m < 2:
+        self._last_dt = float(dt[-1])
+        if m < 1:
             return None
-        return {"m": m, "k": k[:m], "acc": acc[:m], "emit": cum[m - 1], "dt": dt[:m],
-                "start": start[:m], "end": float(end[m - 1]), "draft": dtt[:m], "verify": vt[:m],
-                "flops": vf[:m] + dtf[:m], "bytes": vb[:m] + dtb[:m], "tokens": tokens[:m],
-                "during": during[:m], "after_rows": after_rows[m - 1],
-                "after": after_rows[:m].sum(axis=1)}
+        last = m - 1
+        return {"m": m, "k": k[:m], "acc": acc[:m], "emit": before[last] + emit[last],
+                "kv_add": (kvb[last] + kv_add[last]) - kv0, "pre": pre, "n_pre": n_pre,
+                "dt": dt[:m], "start": start[:m], "end": float(end[last]), "draft": dtt[:m],
+                "verify": vt[:m], "flops": vf[:m] + dtf[:m], "bytes": vb[:m] + dtb[:m],
+                "tokens": tokens[:m], "during": during_rows[:m].sum(axis=1),
+                "after_rows": after_rows[last], "after": after_rows[:m].sum(axis=1),
+                "finished": finishing[last]}
 
     def _fast_commit(self, f: dict) -> None:
         sim, t, kv, now = self.sim, self.sim.table, self.kv, self.env.now
-        run, m, B = self.run, f["m"], len(self.run)
-        acc = f["acc"].sum(axis=0)
-        emitted = f["emit"]
-        first_gap = (f["start"][0] + f["dt"][0]) - t.last_delivery[run]
-        sim.metrics.add_itl(first_gap)
+        run, m, B, pre = self.run, f["m"], len(self.run), f["pre"]
+        dt = f["dt"]
+        end0 = f["start"][0] + dt[0]
+        if f["n_pre"]:
+            t.first_token[run[pre]] = end0
+            sim.metrics.add_itl(end0 - t.last_delivery[run[~pre]])
+        else:
+            sim.metrics.add_itl(end0 - t.last_delivery[run])
         if m > 1:
-            sim.metrics.add_itl(np.repeat(f["dt"][1:], B))
-        t.generated[run] += emitted
-        t.accepted[run] += acc
+            sim.metrics.add_itl(np.repeat(dt[1:], B))
+        t.generated[run] += f["emit"]
+        t.accepted[run] += f["acc"].sum(axis=0)
         t.bonus[run] += m
         t.drafted[run] += f["k"].sum(axis=0)
-        t.steps[run] += m
-        t.kv_len[run] += emitted
+        t.steps[run] += m - pre
+        t.kv_len[run] += f["kv_add"]
         t.last_delivery[run] = now
         held = int(t.blocks[run].sum())
         t.blocks[run] = f["after_rows"]
         kv.used += int(f["after_rows"].sum()) - held
         kv.peak = max(kv.peak, int(f["during"].max()), kv.used)
-        dt = f["dt"]
+        fin = f["finished"]
+        if fin.any():
+            rows = run[fin]
+            t.finish[rows] = now
+            t.status[rows] = rq.DONE
+            kv.release(int(t.blocks[rows].sum()))
+            t.blocks[rows] = 0
+            self.run = run[~fin]
+            sim.on_finish(len(rows))
+        self._last_dt = float(dt[-1])
         self.iterations += m
         self.busy_s += float(dt.sum())
         self.draft_s += float(f["draft"].sum())
@@ -391,6 +434,9 @@ class Worker:
         self.energy_j += sim.tp * float((dt * (sim.power_idle
                                                + (sim.power_max - sim.power_idle) * util)).sum())
         if sim.record_iterations:
+            n_pre = f["n_pre"]
+            first = np.arange(m) == 0
             sim.metrics.add_iterations(
-                f["start"], self.wid, B, B, 0, f["tokens"], f["k"].sum(axis=1), f["draft"],
-                f["verify"], cu, mu, f["after"])
+                f["start"], self.wid, B, np.where(first, B - n_pre, B), np.where(first, n_pre, 0),
+                f["tokens"], f["k"].sum(axis=1), f["draft"], f["verify"], cu, mu,
+                f["after"] - np.where(np.arange(m) == m - 1, int(f["after_rows"][fin].sum()), 0))

@@ -1,0 +1,61 @@
+"""Simulator speed and memory: simulated requests per wall second and peak RSS.
+
+Runs one scenario (default: scenarios/chat.yaml, speculation on) at 1k, 10k and 100k
+requests, each in a fresh subprocess so peak memory is that run's alone, and prints a table.
+A benchmark figure, not a test: the target is 100k chat requests in under 60 s on one core.
+
+    python benchmarks/sim_speed.py [--scenario FILE] [--sizes 1000 10000 100000] [--no-fast-path]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, resource, sys, time
+from simulator.engine import run_scenario
+scenario, n, fast = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+t0 = time.perf_counter()
+r = run_scenario(scenario, overrides={"workload.synthetic.requests": n,
+                                      "simulation.fast_path": fast})
+wall = time.perf_counter() - t0
+m = r.metrics
+print(json.dumps({"wall_s": wall, "sim_wall_s": m["wall_time_s"], "iterations": m["iterations"],
+                  "completed": m["requests_completed"], "simulated_s": m["simulated_time_s"],
+                  "tokens": m["output_tokens"],
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scenario", default=str(REPO / "scenarios" / "chat.yaml"))
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
+    ap.add_argument("--no-fast-path", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    for n in args.sizes:
+        out = subprocess.run([sys.executable, "-c", CHILD, args.scenario, str(n),
+                              "0" if args.no_fast_path else "1"],
+                             capture_output=True, text=True, check=True, cwd=REPO)
+        rows.append((n, json.loads(out.stdout.strip().splitlines()[-1])))
+    print(f"scenario: {args.scenario}  fast path: {not args.no_fast_path}")
+    head = (f"{'requests':>9} {'wall s':>8} {'sim loop s':>10} {'req/wall s':>11} "
+            f"{'iterations':>11} {'us/iter':>8} {'simulated s':>12} {'peak RSS MB':>12}")
+    print(head)
+    print("-" * len(head))
+    for n, r in rows:
+        print(f"{n:>9} {r['wall_s']:>8.2f} {r['sim_wall_s']:>10.2f} {n / r['wall_s']:>11.0f} "
+              f"{r['iterations']:>11} {1e6 * r['sim_wall_s'] / max(r['iterations'], 1):>8.1f} "
+              f"{r['simulated_s']:>12.0f} {r['peak_rss_mb']:>12.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

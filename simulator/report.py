@@ -1,0 +1,816 @@
+"""report.md with PNG plots for one run: what was simulated, the numbers, and the pictures.
+
+Written for people deciding whether to speculate and on what hardware: the latency
+distributions against the SLOs, how full the batch and the KV cache ran, how many tokens
+each verification step bought per traffic class, and what drafting costs per iteration.
+
+Plots use matplotlib's object API on an Agg canvas (``matplotlib.figure.Figure``), not
+pyplot: nothing global is switched (a notebook's inline backend keeps working), nothing is
+registered with pyplot, so there is no figure to leak. Big runs are downsampled before
+plotting (CDFs on a quantile grid, timelines as exact time-weighted bin means, scatters as
+a seeded sample), so the report stays fast however long the run.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+DPI = 110
+MAX_POINTS = 5000  # per plotted series
+MAX_CLASSES_PLOTTED = 6
+MAX_CLASSES_TABLE = 15
+UNCALIBRATED = "uncalibrated default"
+UNCALIBRATED_LINE = ("Cost model: uncalibrated default (efficiencies/overheads assumed, "
+                     "not measured)")
+
+
+# ---------------------------------------------------------------------------- formatting
+def _finite(x: Any) -> bool:
+    try:
+        return x is not None and math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+def _num(x: Any, scale: float = 1.0) -> str:
+    """A readable number: thousands separators for big ones, 3 significant digits for small."""
+    if not _finite(x):
+        return "n/a"
+    v = float(x) * scale
+    a = abs(v)
+    if a == 0:
+        return "0"
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    if a >= 0.1:
+        return f"{v:.3f}"
+    return f"{v:.3g}"
+
+
+def _pct(x: Any) -> str:
+    return f"{100 * float(x):.1f}%" if _finite(x) else "n/a"
+
+
+def _md_table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
+    align = align or ("l" + "r" * (len(header) - 1))
+    sep = ["---:" if a == "r" else ":---" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _quant(q: Any) -> str:
+    if not isinstance(q, dict):
+        return str(q) if q is not None else "n/a"
+    return (f"weights {q.get('weights', '?')}, activations {q.get('activations', '?')}, "
+            f"KV cache {q.get('kv_cache', '?')}")
+
+
+def _col(df: pd.DataFrame, name: str, default: float = np.nan) -> np.ndarray:
+    if name in df.columns:
+        return df[name].to_numpy()
+    return np.full(len(df), default)
+
+
+# ---------------------------------------------------------------------------- data views
+class _View:
+    """The arrays the report needs, pulled out of the result once."""
+
+    def __init__(self, result: Any) -> None:
+        self.m: dict[str, Any] = dict(result.metrics or {})
+        self.sc: dict[str, Any] = dict(result.scenario or {})
+        req = result.requests if result.requests is not None else pd.DataFrame()
+        it = result.iterations if result.iterations is not None else pd.DataFrame()
+        self.req, self.it = req, it
+        self.status = (req["status"].astype(str).to_numpy() if "status" in req
+                       else np.full(len(req), "completed", dtype=object))
+        self.done = self.status == "completed"
+        self.cls = (req["workload_class"].astype(str).to_numpy() if "workload_class" in req
+                    else np.full(len(req), "all", dtype=object))
+        self.ttft = _col(req, "ttft_s").astype(np.float64)
+        self.tpot = _col(req, "tpot_s").astype(np.float64)
+        self.accepted = _col(req, "accepted_tokens", 0).astype(np.float64)
+        self.drafted = _col(req, "drafted_tokens", 0).astype(np.float64)
+        self.steps = _col(req, "steps", 0).astype(np.float64)
+        slo = self.m.get("slo") or self.sc.get("slo") or {}
+        self.slo_ttft = slo.get("ttft_s")
+        self.slo_tpot = slo.get("tpot_s")
+        spec = self.m.get("speculation") or {}
+        self.method = spec.get("method") or (self.sc.get("speculation") or {}).get("method",
+                                                                                   "none")
+        self.k = spec.get("k")
+        self.speculates = self.method != "none" and float(self.drafted.sum()) > 0
+        # classes, most requests first
+        if len(req):
+            counts = pd.Series(self.cls).value_counts()
+            self.classes = list(counts.index)
+        else:
+            self.classes = []
+        # SLO verdicts per request (single-token outputs have no TPOT and pass it)
+        self.ttft_ok = (self.ttft <= self.slo_ttft) if self.slo_ttft is not None \
+            else np.ones(len(req), bool)
+        self.tpot_ok = ~(self.tpot > self.slo_tpot) if self.slo_tpot is not None \
+            else np.ones(len(req), bool)
+        self.good = self.done & self.ttft_ok & self.tpot_ok
+
+    @property
+    def overlap(self) -> bool:
+        return bool((self.sc.get("speculation") or {}).get("overlap_draft", False))
+
+    def iteration_durations(self) -> np.ndarray:
+        d = _col(self.it, "draft_time_s", 0).astype(np.float64)
+        v = _col(self.it, "verify_time_s", 0).astype(np.float64)
+        return np.maximum(d, v) if self.overlap else d + v
+
+
+# ---------------------------------------------------------------------------- markdown parts
+def _intro(v: _View) -> str:
+    m, sc = v.m, v.sc
+    fleet = m.get("fleet") or {}
+    hw = sc.get("hardware") or {}
+    acc = fleet.get("accelerator") or hw.get("accelerator")
+    acc = acc if isinstance(acc, str) else (acc or {}).get("name", "inline accelerator")
+    devices = fleet.get("devices", hw.get("count", "?"))
+    tp = fleet.get("tensor_parallel", hw.get("tensor_parallel", 1))
+    workers = fleet.get("workers", "?")
+    model = m.get("model") or (sc.get("model") if isinstance(sc.get("model"), str) else "inline")
+    spec = m.get("speculation") or {}
+    ssc = sc.get("speculation") or {}
+    if v.method == "none":
+        spec_txt = "no speculation (baseline: one target token per step)"
+    else:
+        bits = [f"**{v.method}**, k = {spec.get('k', ssc.get('k'))}",
+                f"policy {spec.get('policy', ssc.get('policy', 'static'))}"]
+        if spec.get("drafter"):
+            bits.append(f"drafter: {spec['drafter']}")
+        if ssc.get("drafter_quantization"):
+            bits.append(f"drafter precision: {_quant(ssc['drafter_quantization'])}")
+        bits.append(f"acceptance profile: {spec.get('acceptance_profile', 'n/a')}")
+        if ssc.get("overlap_draft"):
+            bits.append("drafting overlapped with verification")
+        spec_txt = "; ".join(bits)
+    req = v.req
+    n = len(req)
+    arrived = m.get("requests_arrived", n)
+    if n:
+        arr = _col(req, "arrival_s").astype(np.float64)
+        span = float(np.nanmax(arr) - np.nanmin(arr)) if n > 1 else 0.0
+        prompt = _col(req, "prompt_tokens").astype(np.float64)
+        out_col = "output_tokens_requested" if "output_tokens_requested" in req else "output_tokens"
+        out = _col(req, out_col).astype(np.float64)
+        rate = f", {_num((n - 1) / span)} requests/s on average" if span > 0 else ""
+        mix = ", ".join(f"{c} {100 * np.mean(v.cls == c):.0f}%" for c in v.classes[:8])
+        if len(v.classes) > 8:
+            mix += f", and {len(v.classes) - 8} more"
+        work = (f"{n:,} requests arriving over {_num(span)} s{rate}; prompts "
+                f"{_num(np.nanmean(prompt))} tokens on average (p50 {_num(np.nanmedian(prompt))}), "
+                f"outputs {_num(np.nanmean(out))} tokens on average; workload classes: {mix}")
+    else:
+        work = "an empty trace (no requests)"
+    if arrived != n:
+        horizon = (sc.get("simulation") or {}).get("horizon_s")
+        work += (f"; the run stopped at the horizon ({_num(horizon)} s simulated) with "
+                 f"{arrived:,} of them arrived")
+    desc = sc.get("description") or ""
+    lines = [
+        "## What was simulated",
+        "",
+        (f"**{model}** served on **{devices} x {acc}** ({workers} worker(s), tensor parallel "
+         f"{tp}), precision {_quant(sc.get('quantization'))}. Speculation: {spec_txt}. "
+         f"Workload: {work}. Seed {m.get('seed', sc.get('seed', '?'))}."),
+    ]
+    if desc:
+        lines += ["", f"Scenario description: {desc}"]
+    return "\n".join(lines)
+
+
+def _calibration_banner(v: _View) -> str:
+    cal = v.m.get("calibration", UNCALIBRATED)
+    vals = v.m.get("calibration_values") or {}
+    detail = (f"eta_compute {_num(vals.get('eta_compute'))}, eta_memory "
+              f"{_num(vals.get('eta_memory'))}, per-layer overhead "
+              f"{_num(vals.get('per_layer_overhead_s'), 1e6)} us, fixed overhead "
+              f"{_num(vals.get('fixed_overhead_s'), 1e6)} us per pass")
+    if cal == UNCALIBRATED:
+        return (f"> **{UNCALIBRATED_LINE}.** Iteration times, and every latency, throughput, cost "
+                f"and energy figure below, rest on {detail}. Run `specsim calibrate` on the "
+                "target hardware and set `calibration:` in the scenario to replace them with "
+                "measured values.")
+    src = vals.get("source")
+    return (f"Cost model: calibration profile **{cal}** ({detail}"
+            + (f"; source: {src}" if src else "") + ").")
+
+
+def _latency_table(v: _View) -> str:
+    m = v.m
+    rows = []
+    for key, label, unit, scale, slo in (
+            ("ttft_s", "TTFT", "ms", 1e3, v.slo_ttft),
+            ("tpot_s", "TPOT", "ms", 1e3, v.slo_tpot),
+            ("itl_s", "ITL (per delivery)", "ms", 1e3, None),
+            ("e2e_s", "E2E latency", "s", 1.0, None)):
+        d = m.get(key) or {}
+        rows.append([f"{label} ({unit})", *(_num(d.get(q), scale) for q in
+                                             ("mean", "p50", "p90", "p99")),
+                     _num(slo, scale) if slo is not None else "-"])
+    return _md_table(["latency", "mean", "p50", "p90", "p99", "SLO"], rows)
+
+
+def _metrics_table(v: _View) -> str:
+    m = v.m
+    devices = (m.get("fleet") or {}).get("devices") or 1
+    thr = m.get("throughput_output_tokens_per_s")
+    rows = [
+        ["requests arrived / completed / rejected / in flight",
+         f"{m.get('requests_arrived', 'n/a')} / {m.get('requests_completed', 'n/a')} / "
+         f"{m.get('requests_rejected', 'n/a')} / {m.get('requests_in_flight', 'n/a')}", "requests"],
+        ["output tokens", _num(m.get("output_tokens")), "tokens"],
+        ["throughput", _num(thr), "output tokens/s"],
+        ["throughput per device", _num(float(thr) / devices if _finite(thr) else None),
+         "output tokens/s/device"],
+        ["goodput (meeting every SLO)", _num(m.get("goodput_requests_per_s")), "requests/s"],
+        ["mean acceptance length (tau)", _num(m.get("mean_acceptance_length")),
+         "output tokens/verification step"],
+        ["acceptance rate", _pct(m.get("acceptance_rate")) if m.get("drafted_tokens") else "-",
+         "accepted / drafted tokens"],
+        ["draft / verify time", f"{_pct(m.get('draft_time_fraction'))} / "
+                                f"{_pct(m.get('verify_time_fraction'))}", "of busy device time"],
+        ["busy fraction", _pct(m.get("busy_fraction")), "of worker time"],
+        ["KV cache peak", _pct(m.get("kv_peak_utilization")),
+         f"of {_num(m.get('kv_blocks_per_worker'))} blocks/worker"],
+        ["preemptions", _num(m.get("preemptions")), "requests"],
+        ["iterations", _num(m.get("iterations")), "worker steps"],
+        ["simulated / wall time", f"{_num(m.get('simulated_time_s'))} / "
+                                  f"{_num(m.get('wall_time_s'))}", "s"],
+    ]
+    rej = m.get("rejected_by_reason") or {}
+    if rej:
+        rows.insert(1, ["rejections by reason", ", ".join(f"{k}: {c}" for k, c in rej.items()),
+                        "requests"])
+    return _md_table(["metric", "value", "unit"], rows, "lrl")
+
+
+def _slo_section(v: _View) -> str:
+    m = v.m
+    arrived = int(m.get("requests_arrived", len(v.req)) or 0)
+    ndone = int(v.done.sum())
+    if v.slo_ttft is None and v.slo_tpot is None:
+        return ("No SLO is set in the scenario (`slo.ttft_s`, `slo.tpot_s`), so goodput counts "
+                f"every completed request: {_num(m.get('goodput_requests_per_s'))} requests/s.")
+    rows = []
+
+    def row(label: str, ok: np.ndarray) -> list[str]:
+        met = int((v.done & ok).sum())
+        return [label, f"{met:,}", _pct(met / ndone) if ndone else "n/a",
+                _pct(met / arrived) if arrived else "n/a"]
+
+    if v.slo_ttft is not None:
+        rows.append(row(f"TTFT <= {_num(v.slo_ttft, 1e3)} ms", v.ttft_ok))
+    if v.slo_tpot is not None:
+        rows.append(row(f"TPOT <= {_num(v.slo_tpot, 1e3)} ms", v.tpot_ok))
+    rows.append(row("every SLO", v.ttft_ok & v.tpot_ok))
+    tab = _md_table(["SLO", "requests met", "of completed", "of arrived"], rows)
+    return (tab + "\n\nRejected and unfinished requests count as misses in the last column; "
+            "single-token outputs have no TPOT and pass the TPOT SLO. Goodput: "
+            f"{_num(m.get('goodput_requests_per_s'))} requests/s meet every SLO.")
+
+
+def _class_table(v: _View) -> str | None:
+    if len(v.classes) == 0:
+        return None
+    df = pd.DataFrame({"cls": v.cls, "done": v.done, "good": v.good,
+                       "ttft": np.where(v.done, v.ttft, np.nan),
+                       "tpot": np.where(v.done, v.tpot, np.nan),
+                       "acc": v.accepted, "drafted": v.drafted, "steps": v.steps})
+    g = df.groupby("cls", sort=False)
+    agg = g.agg(n=("done", "size"), done=("done", "sum"), good=("good", "sum"),
+                acc=("acc", "sum"), drafted=("drafted", "sum"), steps=("steps", "sum"))
+    q = g[["ttft", "tpot"]].quantile([0.5, 0.99]).unstack()
+    rows = []
+    for c in v.classes[:MAX_CLASSES_TABLE]:
+        a = agg.loc[c]
+        tau = 1.0 + a["acc"] / a["steps"] if a["steps"] else float("nan")
+        rate = a["acc"] / a["drafted"] if a["drafted"] else float("nan")
+        rows.append([str(c), f"{int(a['n']):,}", f"{int(a['done']):,}",
+                     f"{_num(q.loc[c, ('ttft', 0.5)], 1e3)} / {_num(q.loc[c, ('ttft', 0.99)], 1e3)}",
+                     f"{_num(q.loc[c, ('tpot', 0.5)], 1e3)} / {_num(q.loc[c, ('tpot', 0.99)], 1e3)}",
+                     _pct(a["good"] / a["done"]) if a["done"] else "n/a",
+                     _num(tau), _pct(rate) if v.method != "none" else "-"])
+    tab = _md_table(["class", "requests", "completed", "TTFT p50 / p99 (ms)",
+                     "TPOT p50 / p99 (ms)", "met every SLO (of completed)",
+                     "tokens/step", "acceptance rate"], rows)
+    if len(v.classes) > MAX_CLASSES_TABLE:
+        tab += f"\n\n({len(v.classes) - MAX_CLASSES_TABLE} smaller classes not shown.)"
+    return tab
+
+
+def _cost_section(v: _View) -> str:
+    m, sc = v.m, v.sc
+    fleet = m.get("fleet") or {}
+    cost_sc = sc.get("cost") or {}
+    price = fleet.get("price_usd_per_device_hour")
+    date = fleet.get("price_date") or "undated"
+    energy = fleet.get("energy_j")
+    rows = [
+        ["cost per million output tokens", _num(m.get("cost_usd_per_million_output_tokens")),
+         "USD / 1M output tokens"],
+        ["energy per output token", _num(m.get("energy_j_per_output_token")),
+         "J / output token"],
+        ["fleet cost of the run", _num(fleet.get("cost_usd")), "USD"],
+        ["fleet energy of the run", f"{_num(energy)} ({_num(energy, 1 / 3.6e6)} kWh)"
+         if _finite(energy) else "n/a", "J"],
+        ["average fleet power", _num(fleet.get("average_power_w")), "W"],
+        ["price", f"{_num(price)} x {fleet.get('devices', '?')} devices", "USD / device-hour"],
+        ["device power idle / max", f"{_num(fleet.get('power_idle_w'))} / "
+                                    f"{_num(fleet.get('power_max_w'))}", "W per device"],
+    ]
+    tab = _md_table(["metric", "value", "unit"], rows, "lrl")
+    assumed, measured = [], []
+    if cost_sc.get("price_usd_per_hour") is None:
+        assumed.append(f"price {_num(price)} USD/device-hour (catalog list price, dated {date})")
+    else:
+        measured.append(f"price {_num(price)} USD/device-hour (set in the scenario)")
+    if cost_sc.get("power_idle_w") is None or cost_sc.get("power_max_w") is None:
+        assumed.append(f"device power idle/max {_num(fleet.get('power_idle_w'))}/"
+                       f"{_num(fleet.get('power_max_w'))} W (catalog datasheet values, linear in "
+                       "utilization)")
+    else:
+        measured.append("device power (set in the scenario)")
+    if m.get("calibration", UNCALIBRATED) == UNCALIBRATED:
+        assumed.append("compute/memory efficiencies and launch overheads (uncalibrated default)")
+    else:
+        measured.append(f"efficiencies and overheads (calibration {m.get('calibration')})")
+    out = [tab, "",
+           f"Prices as of **{date}**. Cost = devices x USD/device-hour x simulated hours / "
+           "output tokens (idle time included); energy integrates P_idle + (P_max - P_idle) x "
+           "utilization over simulated time, idle devices included."]
+    out += ["", "**Assumed defaults:** " + ("; ".join(assumed) if assumed else "none") + "."]
+    if measured:
+        out += ["", "From the scenario or a calibration: " + "; ".join(measured) + "."]
+    if m.get("calibration", UNCALIBRATED) == UNCALIBRATED:
+        out += ["", f"**{UNCALIBRATED_LINE}.**"]
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------- plotting helpers
+def _figure(nrows: int, ncols: int, size: tuple[float, float],
+            adjust: dict[str, float] | None = None, **kw: Any):
+    """A figure on its own Agg canvas. Fixed margins (``adjust``) where the labels have a
+    known size, as constrained layout costs a third of the drawing time; constrained where
+    they do not (class names)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, dpi=DPI, layout=None if adjust else "constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    if adjust:
+        fig.subplots_adjust(**adjust)
+    return fig, axes
+
+
+def _save(fig: Any, path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=DPI)
+    fig.clear()
+
+
+def _colors(n: int) -> list[Any]:
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10"]
+    return [cmap(i % 10) for i in range(n)]
+
+
+def _cdf_points(x: np.ndarray, max_points: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    x = np.sort(x[np.isfinite(x)])
+    n = x.size
+    if n == 0:
+        return x, x
+    y = np.arange(1, n + 1) / n
+    if n > max_points:
+        idx = np.unique(np.linspace(0, n - 1, max_points).astype(np.int64))
+        x, y = x[idx], y[idx]
+    return x, y
+
+
+def _class_groups(v: _View, mask: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """('all', mask) plus the biggest classes when there are several."""
+    groups = [("all requests", mask)]
+    if len(v.classes) > 1:
+        groups += [(c, mask & (v.cls == c)) for c in v.classes[:MAX_CLASSES_PLOTTED]]
+    return groups
+
+
+def _time_unit(span: float) -> tuple[str, float]:
+    if span > 3 * 3600:
+        return "h", 1 / 3600
+    if span > 1200:
+        return "min", 1 / 60
+    return "s", 1.0
+
+
+def _binned_mean(s: np.ndarray, e: np.ndarray, y: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Exact time-weighted mean over each bin of a piecewise-constant signal.
+
+    The signal is y[i] on [s[i], e[i]) and 0 elsewhere; intervals sorted and disjoint.
+    """
+    cum = np.concatenate([[0.0], np.cumsum(y * (e - s))])
+    i = np.searchsorted(e, edges, side="right")
+    part = np.zeros(edges.size)
+    inside = i < s.size
+    j = i[inside]
+    part[inside] = y[j] * np.clip(edges[inside] - s[j], 0.0, None)
+    area = cum[i] + part
+    return np.diff(area) / np.diff(edges)
+
+
+# ---------------------------------------------------------------------------- the plots
+_Outcome = tuple[str | None, str | None]  # (why it was not drawn, extra caption)
+
+
+def _skip(reason: str) -> _Outcome:
+    return reason, None
+
+
+def _drawn(note: str | None = None) -> _Outcome:
+    return None, note
+
+
+def _plot_latency(v: _View, path: Path) -> _Outcome:
+    if not v.done.any():
+        return _skip("no request completed, so there is no latency distribution to plot")
+    fig, ax = _figure(1, 2, (11, 4.2), adjust=dict(left=0.065, right=0.985, bottom=0.13,
+                                                    top=0.86, wspace=0.2))
+    groups = _class_groups(v, v.done)
+    colors = _colors(len(groups))
+    for a, vals, slo, name in ((ax[0, 0], v.ttft, v.slo_ttft, "TTFT"),
+                               (ax[0, 1], v.tpot, v.slo_tpot, "TPOT")):
+        drawn = []
+        for (label, mask), col in zip(groups, colors, strict=True):
+            sel = vals[mask]
+            x, y = _cdf_points(sel * 1e3)
+            if x.size:
+                a.plot(x, y, color=col, lw=2.2 if label == "all requests" else 1.3,
+                       label=f"{label} (n={int(np.isfinite(sel).sum()):,})")
+                drawn.append(x)
+        if not drawn:
+            a.text(0.5, 0.5, f"no {name}: every completed output was a single token",
+                   ha="center", va="center", transform=a.transAxes)
+            a.set_axis_off()
+            continue
+        allx = np.concatenate(drawn)
+        lo, hi = float(allx.min()), float(allx.max())
+        if slo is not None:
+            ok = v.ttft_ok if name == "TTFT" else v.tpot_ok
+            met = (v.done & ok).sum() / max(v.done.sum(), 1)
+            a.axvline(slo * 1e3, color="crimson", ls="--", lw=1.5,
+                      label=f"SLO {_num(slo, 1e3)} ms ({100 * met:.1f}% met)")
+            lo, hi = min(lo, slo * 1e3), max(hi, slo * 1e3)
+        if lo > 0 and hi / lo > 30:
+            a.set_xscale("log")
+        a.set_xlabel(f"{name} per request (ms)" + (", log scale" if a.get_xscale() == "log"
+                                                     else ""))
+        a.set_ylabel("fraction of completed requests")
+        a.set_ylim(0, 1.02)
+        a.grid(True, alpha=0.3, which="both")
+        a.set_title(f"{name} CDF")
+        a.legend(fontsize=8, loc="lower right")
+    fig.suptitle("Latency per request (completed requests)")
+    _save(fig, path)
+    return _drawn()
+
+
+def _plot_timeline(v: _View, path: Path) -> _Outcome:
+    req, it, m = v.req, v.it, v.m
+    have_it = len(it) > 0 and "time_s" in it
+    if not len(req) and not have_it:
+        return _skip("no requests and no iterations to plot")
+    arr = _col(req, "arrival_s").astype(np.float64)
+    fin = _col(req, "finish_s").astype(np.float64)
+    t_end = float(m.get("simulated_time_s") or 0.0)
+    if have_it:
+        starts = it["time_s"].to_numpy(np.float64)
+        ends = starts + v.iteration_durations()
+        t_end = max(t_end, float(ends.max()))
+    elif not t_end > 0 and arr.size and np.isfinite(arr).any():
+        t_end = float(np.nanmax(arr))  # no clock in the metrics: the trace's span
+    if not t_end > 0:
+        return _skip("the run covers no simulated time")
+    if not have_it and not (arr <= t_end).any():
+        return _skip("no request arrived before the end of the run")
+    unit, tscale = _time_unit(t_end)
+    n_bins = 2000
+    if have_it:
+        med = float(np.median(ends - starts))
+        if med > 0:
+            n_bins = int(min(n_bins, max(20, t_end / (2 * med))))
+    panels = ["system"] + (["batch", "kv"] if have_it else [])
+    fig, ax = _figure(len(panels), 1, (11, 2.5 * len(panels) + 0.7), sharex=True,
+                      adjust=dict(left=0.075, right=0.925, bottom=0.22 / len(panels),
+                                  top=1 - 0.3 / len(panels), hspace=0.36))
+    axes = {p: ax[i, 0] for i, p in enumerate(panels)}
+    edges = np.linspace(0.0, t_end, n_bins + 1)
+    mid = 0.5 * (edges[:-1] + edges[1:])
+    centers = mid * tscale
+    # requests in the system: arrived, not rejected, not yet finished
+    a = axes["system"]
+    keep = v.status != "rejected"
+    arr_s = np.sort(arr[keep & np.isfinite(arr)])
+    fin_s = np.sort(fin[keep & np.isfinite(fin)])
+    in_sys = np.searchsorted(arr_s, mid, side="right") - np.searchsorted(fin_s, mid, side="right")
+    a.plot(centers, in_sys, color="tab:purple", lw=1.2, label="requests in system (queued + running)")
+    a.set_ylabel("requests in system")
+    a.set_ylim(bottom=0)
+    # arrival and completion rates over a rolling window of ~1/50 of the run
+    win = max(1, n_bins // 50)
+    kernel = np.ones(win)
+    cover = np.convolve(np.ones(n_bins), kernel, mode="same") * (edges[1] - edges[0])
+    a2 = a.twinx()
+    for times, col, label in ((np.sort(arr[np.isfinite(arr)]), "tab:gray", "arrivals"),
+                              (fin_s, "tab:green", "completions")):
+        rate = np.convolve(np.histogram(times, bins=edges)[0], kernel, mode="same") / cover
+        a2.plot(centers, rate, color=col, lw=1.0, alpha=0.85, label=f"{label} (requests/s)")
+    a2.set_ylabel(f"requests/s (rolling {_num(win * (edges[1] - edges[0]) * tscale)} {unit})")
+    a2.set_ylim(bottom=0)
+    h1, l1 = a.get_legend_handles_labels()
+    h2, l2 = a2.get_legend_handles_labels()
+    a.legend(h1 + h2, l1 + l2, fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.0),
+             ncol=3, frameon=False, borderaxespad=0.2)
+    a.grid(True, alpha=0.3)
+    fig.suptitle("Load over simulated time")
+    if have_it:
+        workers = (it["worker"].to_numpy(np.int64) if "worker" in it
+                   else np.zeros(len(it), np.int64))
+        wids = np.unique(workers)
+        batch = _col(it, "batch_size", 0).astype(np.float64)
+        kvu = _col(it, "kv_blocks_used", 0).astype(np.float64)
+        bseries, kseries = [], []
+        for w in wids:
+            sel = np.flatnonzero(workers == w)
+            sel = sel[np.argsort(starts[sel], kind="stable")]
+            s, e = starts[sel], ends[sel]
+            e = np.minimum(e, np.append(s[1:], np.inf))  # keep intervals disjoint
+            bseries.append(_binned_mean(s, e, batch[sel], edges))
+            # KV occupancy holds from the end of one iteration to the end of the next
+            ke = np.append(e[1:], max(t_end, float(e[-1])))
+            kseries.append(_binned_mean(e, ke, kvu[sel], edges))
+        cap = m.get("kv_blocks_per_worker")
+        for key, series, label in (("batch", bseries, "batch size (sequences)"),
+                                   ("kv", kseries, "KV blocks used")):
+            a = axes[key]
+            if len(wids) <= 4:
+                for w, ser, col in zip(wids, series, _colors(len(wids)), strict=True):
+                    a.plot(centers, ser, color=col, lw=1.0, label=f"worker {w}")
+            else:
+                arr2 = np.vstack(series)
+                a.fill_between(centers, arr2.min(0), arr2.max(0), color="tab:blue", alpha=0.2,
+                               label=f"min-max over {len(wids)} workers")
+                a.plot(centers, arr2.mean(0), color="tab:blue", lw=1.0, label="mean of workers")
+            a.set_ylabel(label)
+            a.set_ylim(bottom=0)
+            a.grid(True, alpha=0.3)
+            a.legend(fontsize=8, loc="best")
+        a = axes["batch"]
+        sb = (v.sc.get("scheduler") or {}).get("max_batch")
+        if sb and max(float(s.max()) for s in bseries) > 0.5 * sb:
+            a.axhline(sb, color="crimson", ls="--", lw=1, label=f"max_batch {sb}")
+            a.set_ylim(0, max(a.get_ylim()[1], 1.08 * sb))
+            a.legend(fontsize=8, loc="best")
+        a.set_title("Batch size per worker (time-weighted mean per bin, 0 while idle)",
+                    fontsize=10)
+        a = axes["kv"]
+        if cap:
+            a.secondary_yaxis("right", functions=(lambda b: 100 * b / cap,
+                                                   lambda p: p * cap / 100)).set_ylabel(
+                "% of KV capacity")
+            peak = m.get("kv_peak_utilization")
+            a.set_title(f"KV blocks used per worker (capacity {_num(cap)} blocks; peak "
+                        f"{_pct(peak)})", fontsize=10)
+    ax[-1, 0].set_xlabel(f"simulated time ({unit})")
+    ax[-1, 0].set_xlim(0, t_end * tscale)
+    _save(fig, path)
+    return _drawn(None if have_it else "Batch size and KV panels are missing: no iterations "
+                  "were recorded (`simulation.record_iterations`).")
+
+
+def _plot_acceptance(v: _View, path: Path) -> _Outcome:
+    if v.method == "none":
+        return _skip("speculation is off (method none): every step yields one token")
+    if not v.speculates:
+        return _skip("no draft tokens were proposed in this run")
+    mask = (v.steps > 0) & (v.drafted > 0)
+    if not mask.any():
+        return _skip("no request took a speculative step")
+    tps = np.full(v.steps.size, np.nan)
+    tps[mask] = 1.0 + v.accepted[mask] / v.steps[mask]
+    kmax = float(np.nanmax(v.drafted[mask] / v.steps[mask]))
+    top = max(kmax + 1.0, float(np.nanmax(tps)), 2.0)
+    multi = len(v.classes) > 1
+    if multi:
+        fig, ax = _figure(1, 2, (11, 4.2), width_ratios=[1.5, 1])
+    else:
+        fig, ax = _figure(1, 1, (9, 4.2), adjust=dict(left=0.08, right=0.98, bottom=0.13,
+                                                       top=0.86))
+    a = ax[0, 0]
+    bins = np.linspace(1.0, top, min(60, max(10, int((top - 1) * 12))) + 1)
+    groups = _class_groups(v, mask)
+    for (label, gm), col in zip(groups, _colors(len(groups)), strict=True):
+        if not gm.any():
+            continue
+        if label == "all requests":
+            a.hist(tps[gm], bins=bins, color=col, alpha=0.35, label=f"{label} (n={gm.sum():,})")
+        else:
+            a.hist(tps[gm], bins=bins, histtype="step", color=col, lw=1.4,
+                   label=f"{label} (n={gm.sum():,})")
+    tau = float(v.m.get("mean_acceptance_length") or np.nanmean(tps[mask]))
+    a.axvline(tau, color="black", ls="-", lw=1.2, label=f"mean tau {tau:.2f}")
+    a.axvline(kmax + 1, color="crimson", ls="--", lw=1.2,
+              label=f"ceiling k+1 = {kmax + 1:.3g}" if v.k is None else f"ceiling k+1 = {v.k + 1}")
+    a.set_xlabel("tokens per verification step, per request (accepted drafts + 1)")
+    a.set_ylabel("requests")
+    a.grid(True, alpha=0.3)
+    a.legend(fontsize=8)
+    if not multi:
+        rate = v.accepted[mask].sum() / v.drafted[mask].sum()
+        a.set_title(f"Tokens per step ({v.classes[0]}: acceptance rate {100 * rate:.1f}% of "
+                    "drafted tokens)")
+        fig.suptitle(f"Speculation: {v.method}, k = {v.k}")
+        _save(fig, path)
+        return _drawn()
+    a.set_title("Tokens per step")
+    # acceptance rate per class
+    a = ax[0, 1]
+    names = v.classes[:12]
+    rates, taus, ns = [], [], []
+    for c in names:
+        sel = v.cls == c
+        d = v.drafted[sel].sum()
+        st = v.steps[sel].sum()
+        rates.append(v.accepted[sel].sum() / d if d else np.nan)
+        taus.append(1 + v.accepted[sel].sum() / st if st else np.nan)
+        ns.append(int(sel.sum()))
+    y = np.arange(len(names))
+    cols = _colors(len(names) + 1)
+    cols = cols[1:] if len(v.classes) > 1 else cols[:1]  # same colours as the histogram
+    bars = a.barh(y, np.nan_to_num(np.array(rates) * 100), color=cols[:len(names)])
+    for b, r, t in zip(bars, rates, taus, strict=True):
+        txt = f"{100 * r:.1f}%  tau {t:.2f}" if _finite(r) else "no drafts"
+        a.text(b.get_width() + 1, b.get_y() + b.get_height() / 2, txt, va="center", fontsize=8)
+    a.set_yticks(y, [f"{c[:24]} ({n:,})" for c, n in zip(names, ns, strict=True)], fontsize=8)
+    a.set_ylim(max(len(names), 4) - 0.5, -0.5)  # top to bottom; thin bars for few classes
+    a.set_xlim(0, 120)
+    a.set_xticks([0, 20, 40, 60, 80, 100])
+    a.set_xlabel("acceptance rate (% of drafted tokens accepted)")
+    a.set_title("Acceptance per workload class")
+    a.grid(True, axis="x", alpha=0.3)
+    fig.suptitle(f"Speculation: {v.method}, k = {v.k}")
+    _save(fig, path)
+    return _drawn()
+
+
+def _plot_iteration_time(v: _View, path: Path) -> _Outcome:
+    it = v.it
+    if not len(it):
+        if not (v.sc.get("simulation") or {}).get("record_iterations", True):
+            return _skip("iterations were not recorded (`simulation.record_iterations: false`)")
+        return _skip("no worker iteration ran")
+    dur = v.iteration_durations() * 1e3
+    draft = _col(it, "draft_time_s", 0).astype(np.float64) * 1e3
+    verify = _col(it, "verify_time_s", 0).astype(np.float64) * 1e3
+    tokens = _col(it, "tokens", 0).astype(np.float64)
+    batch = _col(it, "batch_size", 0).astype(np.float64)
+    prefill = _col(it, "prefill_seqs", 0).astype(np.float64)
+    n = len(it)
+    idx = np.arange(n)
+    if n > MAX_POINTS:
+        idx = np.sort(np.random.default_rng(0).choice(n, MAX_POINTS, replace=False))
+    fig, ax = _figure(1, 2, (11, 4.4), width_ratios=[1.35, 1],
+                      adjust=dict(left=0.06, right=0.985, bottom=0.17, top=0.92, wspace=0.2))
+    a = ax[0, 0]
+    tok = np.maximum(tokens[idx], 1.0)
+    if v.speculates and draft.sum() > 0:
+        share = np.divide(draft[idx], draft[idx] + verify[idx],
+                          out=np.zeros(idx.size), where=(draft[idx] + verify[idx]) > 0)
+        sc_ = a.scatter(tok, dur[idx], c=100 * share, cmap="viridis", s=6, alpha=0.7,
+                        vmin=0, vmax=max(1.0, float(100 * share.max())))
+        fig.colorbar(sc_, ax=a, label="draft share of iteration time (%)")
+    else:
+        has_pre = prefill[idx] > 0
+        a.scatter(tok[~has_pre], dur[idx][~has_pre], s=6, alpha=0.6, color="tab:blue",
+                  label="decode only")
+        a.scatter(tok[has_pre], dur[idx][has_pre], s=6, alpha=0.6, color="tab:orange",
+                  label="with prefill chunk(s)")
+        a.legend(fontsize=8, markerscale=2)
+    if tok.max() / max(tok.min(), 1) > 20:
+        a.set_xscale("log")
+    a.set_xlabel("tokens in the target pass (decode + verify + prefill)"
+                 + (", log scale" if a.get_xscale() == "log" else ""))
+    a.set_ylabel("iteration time (ms)")
+    a.set_ylim(bottom=0)
+    a.grid(True, alpha=0.3, which="both")
+    a.set_title("Iteration time vs batch tokens"
+                + (f" ({MAX_POINTS:,} of {n:,} sampled)" if n > MAX_POINTS else ""))
+    # mean draft / verify time per batch-size bin
+    # (decode-only iterations where there are enough: prefill chunks would blur the trend)
+    a = ax[0, 1]
+    dec_only = prefill == 0
+    only = int(dec_only.sum()) >= max(20, n // 10)
+    if only:
+        batch, draft, verify = batch[dec_only], draft[dec_only], verify[dec_only]
+    bmax = int(batch.max()) if batch.size else 0
+    width = max(1, -(-bmax // 16))
+    bedges = np.arange(0, bmax + width, width, dtype=np.int64)
+    bidx = np.clip(np.searchsorted(bedges, batch, side="left") - 1, 0, max(bedges.size - 2, 0))
+    nbins = max(bedges.size - 1, 1)
+    cnt = np.bincount(bidx, minlength=nbins)[:nbins]
+    keep = cnt > 0
+    md = np.bincount(bidx, weights=draft, minlength=nbins)[:nbins][keep] / cnt[keep]
+    mv = np.bincount(bidx, weights=verify, minlength=nbins)[:nbins][keep] / cnt[keep]
+    if bedges.size >= 2:
+        labels = [f"{lo + 1}-{hi}" if hi - lo > 1 else f"{hi}"
+                  for lo, hi in zip(bedges[:-1], bedges[1:], strict=True)]
+    else:
+        labels = [str(bmax)]
+    labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
+    x = np.arange(len(labels))
+    a.bar(x, mv, color="tab:blue", label="verify (target pass)")
+    if md.sum() > 0:
+        a.bar(x, md, bottom=mv, color="tab:orange", label="draft")
+    a.set_xticks(x, labels, rotation=45 if len(labels) > 8 else 0, fontsize=8)
+    a.set_xlabel("batch size (sequences)")
+    a.set_ylabel("mean time per iteration (ms)" + (", decode-only" if only else ""))
+    title = ("Draft vs verify time by batch size" if md.sum() > 0
+             else "Iteration time by batch size")
+    if v.overlap:
+        title += " (draft overlapped: iteration = max)"
+    a.set_title(title)
+    a.legend(fontsize=8)
+    a.grid(True, axis="y", alpha=0.3)
+    _save(fig, path)
+    return _drawn()
+
+
+PLOTS: tuple[tuple[str, str, str, Callable[[_View, Path], _Outcome]], ...] = (
+    ("latency_cdf.png", "Latency distributions",
+     "TTFT and TPOT per completed request, with the SLO lines.", _plot_latency),
+    ("timeline.png", "Load over time",
+     "Requests in the system, batch size and KV blocks used over simulated time.",
+     _plot_timeline),
+    ("acceptance.png", "Speculation: tokens per step and acceptance",
+     "Per request: tokens bought by each verification step; per class: share of drafted "
+     "tokens accepted.", _plot_acceptance),
+    ("iteration_time.png", "Iteration cost",
+     "Iteration time against tokens in the target pass, and its draft / verify split by "
+     "batch size (decode-only iterations where there are enough).", _plot_iteration_time),
+)
+
+
+# ---------------------------------------------------------------------------- entry point
+def write_report(result: Any, out_dir: Path) -> None:
+    """Write ``report.md`` and its PNGs (relative links) into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    v = _View(result)
+    m = v.m
+    name = m.get("scenario") or v.sc.get("name") or "scenario"
+    parts = [f"# specsim report: {name}", "", _intro(v), "", _calibration_banner(v), "",
+             "## Latency", "", _latency_table(v), "",
+             "TTFT = first token - arrival (queueing and prefill included). TPOT = (last - "
+             "first token time) / (output tokens - 1). ITL = gaps between deliveries to one "
+             "request; tokens accepted in one step arrive together. Percentiles over requests "
+             "(TTFT, TPOT, E2E) or deliveries (ITL).",
+             "", "## Throughput, speculation and memory", "", _metrics_table(v), "",
+             "## SLO attainment", "", _slo_section(v), ""]
+    ctab = _class_table(v)
+    if ctab:
+        parts += ["## Per workload class", "", ctab, ""]
+    parts += ["## Cost and energy", "", _cost_section(v), ""]
+    notes = list(dict.fromkeys([*(m.get("notes") or []), *(getattr(result, "notes", None) or [])]))
+    parts += ["## Notes", ""]
+    parts += [f"- {n}" for n in notes] if notes else ["None."]
+    parts += ["", "## Plots", ""]
+    for fname, title, caption, fn in PLOTS:
+        parts += [f"### {title}", ""]
+        try:
+            skipped, note = fn(v, out_dir / fname)
+        except Exception as exc:  # a plot must not cost the user the run's other outputs
+            warnings.warn(f"specsim report: could not draw {fname}: {exc!r}", stacklevel=2)
+            skipped, note = f"could not draw this plot ({type(exc).__name__}: {exc})", None
+        if skipped is None:
+            parts += [f"![{title}]({fname})", "", caption + (f" {note}" if note else ""), ""]
+        else:
+            (out_dir / fname).unlink(missing_ok=True)
+            parts += [f"_Not plotted: {skipped}._", ""]
+    (out_dir / "report.md").write_text("\n".join(parts).rstrip() + "\n")
