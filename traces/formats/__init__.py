@@ -1,0 +1,1 @@
+"""One module per public trace format; each turns a file into the trace schema."""

@@ -1,0 +1,256 @@
+"""Low-level, streaming readers for trace files, with line numbers in every error.
+
+CSV is read in chunks as strings and each chunk is turned into numpy arrays at once, so
+a large file never sits in memory as more than one chunk of text plus the final arrays.
+JSON lines are parsed one at a time. Both know the file line of every row.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import pandas as pd
+
+from traces.errors import TraceError, at_line
+
+CHUNK_ROWS = 250_000
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def is_gzip(path: Path) -> bool:
+    """True when ``path`` is gzip-compressed, judged by its magic bytes, not its name."""
+    with open(path, "rb") as fh:
+        return fh.read(2) == _GZIP_MAGIC
+
+
+def open_text(path: Path) -> IO[str]:
+    """Open ``path`` for reading text, decompressing gzip transparently."""
+    if is_gzip(path):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
+    return open(path, encoding="utf-8", newline="")
+
+
+def first_line(path: Path, origin: str) -> str:
+    """The first non-blank line of ``path`` (for format detection); TraceError if none."""
+    try:
+        with open_text(path) as fh:
+            for line in fh:
+                if line.strip():
+                    return line.strip().lstrip("\ufeff")
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
+    raise at_line(origin, 1, "empty file: expected a header line or a JSON object")
+
+
+def _csv_header(path: Path, origin: str) -> list[str]:
+    line = first_line(path, origin)
+    return [name.strip().strip('"') for name in line.split(",")]
+
+
+def iter_csv_chunks(
+    path: Path,
+    origin: str,
+    required: Sequence[str],
+    optional: Sequence[str] = (),
+    fmt: str = "",
+    chunk_rows: int = CHUNK_ROWS,
+    keep: Sequence[str] = (),
+) -> Iterator[tuple[np.ndarray, pd.DataFrame]]:
+    """Yield ``(file_line_numbers, chunk)`` with the wanted columns as strings.
+
+    Blank rows are skipped (but counted, so line numbers stay right). A header without
+    a required column, a row with too many fields, or a header-only file raises
+    TraceError with the line. ``keep`` columns must exist too (named by the scenario).
+    """
+    header = _csv_header(path, origin)
+    missing = [c for c in required if c not in header]
+    if missing:
+        what = f"the {fmt} format needs" if fmt else "needs"
+        raise at_line(
+            origin,
+            1,
+            f"missing column {missing[0]!r} ({what} {', '.join(required)}; "
+            f"the header has {', '.join(header)})",
+        )
+    absent = [c for c in keep if c not in header]
+    if absent:
+        raise at_line(
+            origin,
+            1,
+            f"no column {absent[0]!r} to take workload classes from (the header has {', '.join(header)})",
+        )
+    wanted = list(dict.fromkeys([*required, *keep, *(c for c in optional if c in header)]))
+    any_rows = False
+    try:
+        # All columns are read (not usecols) so that a row with too many fields is an error.
+        reader = pd.read_csv(
+            path,
+            dtype=str,
+            na_filter=False,
+            skip_blank_lines=False,
+            skipinitialspace=True,
+            chunksize=chunk_rows,
+            compression="gzip" if is_gzip(path) else None,
+            encoding="utf-8-sig",
+        )
+        for chunk in reader:
+            chunk = chunk[wanted]
+            lines = chunk.index.to_numpy() + 2
+            blank = (chunk == "").all(axis=1).to_numpy()
+            if blank.any():
+                chunk, lines = chunk.loc[~blank], lines[~blank]
+            if len(chunk):
+                any_rows = True
+                yield lines, chunk
+    except pd.errors.ParserError as exc:
+        raise _parser_error(exc, origin) from exc
+    except (UnicodeDecodeError, EOFError, OSError) as exc:
+        raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
+    if not any_rows:
+        raise at_line(origin, 2, "no requests after the header line")
+
+
+def _parser_error(exc: Exception, origin: str) -> TraceError:
+    """Turn pandas' tokenizer error into ours, keeping its line number."""
+    text = str(exc).strip().splitlines()[-1]
+    found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text)
+    if found:
+        fields, line, saw = found.groups()
+        return at_line(origin, int(line), f"expected {fields} fields, saw {saw}")
+    return TraceError(f"{origin}: cannot be parsed as CSV ({text})")
+
+
+def _describe(value: Any) -> str:
+    return "an empty field" if value == "" else repr(value)
+
+
+def column_ints(
+    chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str, minimum: int = 0
+) -> np.ndarray:
+    """Parse a CSV column of integers >= ``minimum``; TraceError names the first bad line."""
+    raw = chunk[column]
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values) | (values != np.floor(values)) | (values < minimum)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        kind = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
+        raise at_line(
+            origin, int(lines[i]), f"{column}: expected {kind}, got {_describe(raw.iloc[i])}"
+        )
+    return values.astype(np.int64)
+
+
+def column_floats(
+    chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str, what: str = "a number"
+) -> np.ndarray:
+    """Parse a CSV column of finite numbers; TraceError names the first bad line."""
+    raw = chunk[column]
+    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise at_line(
+            origin, int(lines[i]), f"{column}: expected {what}, got {_describe(raw.iloc[i])}"
+        )
+    return values
+
+
+def column_times_ns(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str) -> np.ndarray:
+    """Parse date-time strings (with or without a time zone) to UTC nanoseconds."""
+    raw = chunk[column]
+    stamps = pd.to_datetime(raw, format="ISO8601", utc=True, errors="coerce")
+    bad = stamps.isna().to_numpy()
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise at_line(
+            origin,
+            int(lines[i]),
+            f"{column}: expected a date-time like 2023-11-16 18:15:46.68 (optionally with "
+            f"a time zone), got {_describe(raw.iloc[i])}",
+        )
+    return stamps.dt.as_unit("ns").astype("int64").to_numpy()
+
+
+def check_sorted(times: np.ndarray, lines: np.ndarray, column: str, origin: str) -> None:
+    """Raise TraceError at the first line whose time is before the line above it."""
+    back = np.flatnonzero(np.diff(times) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise at_line(
+            origin,
+            int(lines[i]),
+            f"{column}: timestamps go backwards (earlier than line {int(lines[i - 1])}); "
+            "sort the file or set `sort: true` under workload.trace",
+        )
+
+
+def iter_json_lines(path: Path, origin: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-blank line; TraceError on bad JSON."""
+    seen = False
+    try:
+        with open_text(path) as fh:
+            for number, line in enumerate(fh, start=1):
+                text = line.strip()
+                if not text:
+                    continue
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise at_line(origin, number, f"invalid JSON ({exc.msg})") from exc
+                if not isinstance(obj, dict):
+                    raise at_line(
+                        origin, number, f"expected a JSON object, got {type(obj).__name__}"
+                    )
+                seen = True
+                yield number, obj
+    except (UnicodeDecodeError, EOFError, OSError) as exc:
+        raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
+    if not seen:
+        raise at_line(origin, 1, "empty file: expected one JSON object per line")
+
+
+def json_field(
+    obj: dict[str, Any],
+    key: str,
+    number: int,
+    origin: str,
+    check: Callable[[Any], bool],
+    expected: str,
+) -> Any:
+    """Fetch ``obj[key]`` and check it; TraceError with the line when absent or wrong."""
+    if key not in obj:
+        raise at_line(origin, number, f"missing field {key!r}")
+    value = obj[key]
+    if not check(value):
+        raise at_line(origin, number, f"{key}: expected {expected}, got {value!r}")
+    return value
+
+
+def is_int(value: Any, minimum: int = 0) -> bool:
+    """A JSON integer (or integral float) >= ``minimum``; booleans are not numbers."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= minimum
+    return isinstance(value, float) and value.is_integer() and value >= minimum
+
+
+def is_number(value: Any) -> bool:
+    """A finite JSON number (booleans excluded)."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and bool(np.isfinite(value))
+    )
+
+
+def is_int_list(value: Any) -> bool:
+    """A JSON list of integers (block hash ids)."""
+    return isinstance(value, list) and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    )
