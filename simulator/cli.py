@@ -25,7 +25,7 @@ def _fmt(x, scale: float = 1.0, digits: int = 2) -> str:
 
 
 def summary_table(m: dict) -> Table:
-    """The summary a person reads after a run: latency, throughput, speculation, cost."""
+    """The summary a person reads after a run: latency, then throughput, speculation, cost."""
     tab = Table(title=f"specsim: {m['scenario']} (seed {m['seed']})", show_header=True)
     tab.add_column("metric")
     tab.add_column("mean", justify="right")
@@ -37,7 +37,9 @@ def summary_table(m: dict) -> Table:
         d = m[key]
         s = 1.0 if key == "e2e_s" else 1e3
         tab.add_row(label, *(_fmt(d[q], s) for q in ("mean", "p50", "p90", "p99")))
-    tab.add_section()
+    facts = Table(show_header=True)
+    facts.add_column("run summary")
+    facts.add_column("value", justify="right")
     rows = [
         ("requests arrived / completed / rejected / in flight",
          f"{m['requests_arrived']} / {m['requests_completed']} / {m['requests_rejected']} / "
@@ -57,8 +59,11 @@ def summary_table(m: dict) -> Table:
         ("cost model", m["calibration"]),
     ]
     for label, value in rows:
-        tab.add_row(label, value, "", "", "")
-    return tab
+        facts.add_row(label, value)
+    grid = Table.grid()
+    grid.add_row(tab)
+    grid.add_row(facts)
+    return grid
 
 
 def _progress_bar(total_requests: int):
