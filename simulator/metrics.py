@@ -7,8 +7,6 @@ arrive together as one delivery), from a log-spaced histogram with 0.5% bin widt
 
 from __future__ import annotations
 
-from array import array
-
 import numpy as np
 import pandas as pd
 
@@ -79,32 +77,44 @@ ITER_COLUMNS = ("time_s", "worker", "batch_size", "decode_seqs", "prefill_seqs",
 
 
 class Metrics:
-    """Collects per-delivery ITL and per-iteration rows during a run."""
+    """Collects per-delivery ITL and per-iteration rows during a run.
+
+    Iteration rows arrive one at a time (step-by-step path) or as column arrays of many
+    steps (fast path); both are kept as chunks and concatenated once at the end.
+    """
 
     def __init__(self) -> None:
         self.itl = LogHistogram()
-        self._cols = {c: array("d") for c in ITER_COLUMNS}
-        self._append = [self._cols[c].append for c in ITER_COLUMNS]
+        self._chunks: list[tuple] = []
+        self._rows: list[tuple] = []
 
     def add_itl(self, gaps: np.ndarray) -> None:
         self.itl.add(gaps)
 
     def add_iteration(self, *row: float) -> None:
-        for append, v in zip(self._append, row, strict=True):
-            append(v)
+        self._rows.append(row)
 
     def add_iterations(self, *cols) -> None:
         """Many rows at once (scalars broadcast): the fast path's m steps."""
-        n = max(np.size(c) for c in cols)
-        for name, c in zip(ITER_COLUMNS, cols, strict=True):
-            col = np.asarray(c, np.float64)
-            if col.ndim == 0:
-                col = np.full(n, float(col))
-            self._cols[name].frombytes(np.ascontiguousarray(col).tobytes())
+        self._flush_rows()
+        self._chunks.append(cols)
+
+    def _flush_rows(self) -> None:
+        if self._rows:
+            self._chunks.append(tuple(np.array(c, np.float64) for c in zip(*self._rows,
+                                                                           strict=True)))
+            self._rows = []
 
     def iterations_frame(self) -> pd.DataFrame:
-        df = pd.DataFrame({c: np.frombuffer(self._cols[c], dtype=np.float64)
-                           for c in ITER_COLUMNS})
+        self._flush_rows()
+        data = {}
+        for i, name in enumerate(ITER_COLUMNS):
+            parts = []
+            for chunk in self._chunks:
+                n = max(np.size(c) for c in chunk)
+                parts.append(np.broadcast_to(np.asarray(chunk[i], np.float64), (n,)))
+            data[name] = np.concatenate(parts) if parts else np.zeros(0)
+        df = pd.DataFrame(data)
         for c in ("worker", "batch_size", "decode_seqs", "prefill_seqs", "drafted_tokens",
                   "kv_blocks_used"):
             df[c] = df[c].astype(np.int64)
