@@ -343,7 +343,7 @@ def _cost_section(v: _View) -> str:
         measured.append(f"price {_num(price)} USD/device-hour (set in the scenario)")
     if cost_sc.get("power_idle_w") is None or cost_sc.get("power_max_w") is None:
         assumed.append(f"device power idle/max {_num(fleet.get('power_idle_w'))}/"
-                       f"{_num(fleet.get('power_max_w'))} W (catalog datasheet values, linear in "
+                       f"{_num(fleet.get('power_max_w'))} W (catalog: max is board power, idle is assumed; linear in "
                        "utilization)")
     else:
         measured.append("device power (set in the scenario)")
