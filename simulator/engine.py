@@ -18,7 +18,7 @@ import pandas as pd
 import simpy
 
 from cost_models.calibration import UNCALIBRATED, Calibration, load_profile, uncalibrated_default
-from cost_models.catalog import get_hardware, get_model, get_precision, hardware_from_dict
+from cost_models.catalog import get_hardware, get_model, get_precision
 from cost_models.errors import CatalogError
 from cost_models.roofline import ForwardCostModel
 from traces.errors import TraceError
@@ -136,11 +136,6 @@ class Simulation:
         if cal.hardware and cal.hardware != self.hw.name:
             self.notes.append(f"calibration {cal.name} was fitted on {cal.hardware}, applied here "
                               f"to {self.hw.name}")
-        spec = cal.details.get("hardware_spec")
-        if isinstance(spec, dict) and cal.hardware == self.hw.name:
-            pass
-        elif isinstance(spec, dict) and self.hw.name == cal.details.get("hardware_spec_name"):
-            self.hw = hardware_from_dict(self.hw.name, spec, f"{ref}: hardware_spec")
         return cal
 
     def _drafter(self, spec: dict[str, Any]) -> tuple[Drafter, Any]:
