@@ -79,42 +79,41 @@ ITER_COLUMNS = ("time_s", "worker", "batch_size", "decode_seqs", "prefill_seqs",
 class Metrics:
     """Collects per-delivery ITL and per-iteration rows during a run.
 
-    Iteration rows arrive one at a time (step-by-step path) or as column arrays of many
-    steps (fast path); both are kept as chunks and concatenated once at the end.
+    Iteration rows go into one growable float64 table (doubling capacity): one row at a
+    time from the step-by-step path, a block of m rows from the fast path.
     """
 
     def __init__(self) -> None:
         self.itl = LogHistogram()
-        self._chunks: list[tuple] = []
-        self._rows: list[tuple] = []
+        self._buf = np.empty((4096, len(ITER_COLUMNS)))
+        self._n = 0
 
     def add_itl(self, gaps: np.ndarray) -> None:
         self.itl.add(gaps)
 
+    def _reserve(self, m: int) -> None:
+        if self._n + m > len(self._buf):
+            grown = np.empty((max(2 * len(self._buf), self._n + m), len(ITER_COLUMNS)))
+            grown[: self._n] = self._buf[: self._n]
+            self._buf = grown
+
     def add_iteration(self, *row: float) -> None:
-        self._rows.append(row)
+        self._reserve(1)
+        self._buf[self._n] = row
+        self._n += 1
 
     def add_iterations(self, *cols) -> None:
         """Many rows at once (scalars broadcast): the fast path's m steps."""
-        self._flush_rows()
-        self._chunks.append(cols)
-
-    def _flush_rows(self) -> None:
-        if self._rows:
-            self._chunks.append(tuple(np.array(c, np.float64) for c in zip(*self._rows,
-                                                                           strict=True)))
-            self._rows = []
+        m = max(np.size(c) for c in cols)
+        self._reserve(m)
+        block = self._buf[self._n:self._n + m]
+        for i, c in enumerate(cols):
+            block[:, i] = c
+        self._n += m
 
     def iterations_frame(self) -> pd.DataFrame:
-        self._flush_rows()
-        data = {}
-        for i, name in enumerate(ITER_COLUMNS):
-            parts = []
-            for chunk in self._chunks:
-                n = max(np.size(c) for c in chunk)
-                parts.append(np.broadcast_to(np.asarray(chunk[i], np.float64), (n,)))
-            data[name] = np.concatenate(parts) if parts else np.zeros(0)
-        df = pd.DataFrame(data)
+        data = self._buf[: self._n]
+        df = pd.DataFrame({name: data[:, i].copy() for i, name in enumerate(ITER_COLUMNS)})
         for c in ("worker", "batch_size", "decode_seqs", "prefill_seqs", "drafted_tokens",
                   "kv_blocks_used"):
             df[c] = df[c].astype(np.int64)
