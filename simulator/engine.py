@@ -29,7 +29,7 @@ from . import rng
 from .acceptance import build_acceptance
 from .errors import ScenarioError
 from .metrics import Metrics, dist
-from .router import make_router
+from .router import RoundRobin, make_router
 from .speculation import (
     Drafter,
     FixedTimeDrafter,
@@ -126,6 +126,7 @@ class Simulation:
         self.fast_path = bool(sc["simulation"]["fast_path"]) and isinstance(
             self.controller, StaticK)
         self._next_rid = 0
+        self._plan_arrivals()
         self.env.process(self._arrivals())
 
     # ------------------------------------------------------------------ building
@@ -220,19 +221,15 @@ class Simulation:
 
     def _arrivals(self):
         t, env = self.table, self.env
-        max_ctx = self.model.max_context
-        max_blocks = self.kv_blocks - 1
         mq = self.sched.max_queue
         for rid in range(t.n):
             self._next_rid = rid
             delay = t.arrival[rid] - env.now
             if delay > 0:
                 yield env.timeout(delay)
-            total = int(t.prompt[rid] + t.output[rid])
-            if total > max_ctx:
-                self._reject(rid, "exceeds model context")
-            elif -(-total // self.block_size) > max_blocks:
-                self._reject(rid, "exceeds KV capacity")
+            why = self._static_reject[rid]
+            if why:
+                self._reject(rid, self.STATIC_REASONS[why])
             else:
                 w = self.router.pick(rid)
                 if mq is not None and len(w.waiting) >= mq:
@@ -243,9 +240,34 @@ class Simulation:
                 self.progress(env.now, rid + 1)
         self._next_rid = t.n
 
-    def next_arrival_time(self) -> float:
-        """When the next request not yet routed arrives (inf when none are left)."""
+    STATIC_REASONS = {1: "exceeds model context", 2: "exceeds KV capacity"}
+
+    def _plan_arrivals(self) -> None:
+        """Rejections decided by a request alone, and round-robin targets, known up front.
+
+        Knowing which worker each future request joins lets a worker's fast path run through
+        arrivals bound for other workers.
+        """
+        t = self.table
+        total = t.prompt + t.output
+        why = np.zeros(t.n, np.int8)
+        why[-(-total // self.block_size) > self.kv_blocks - 1] = 2
+        why[total > self.model.max_context] = 1
+        self._static_reject = why
+        self._worker_rids: list[np.ndarray] | None = None
+        if isinstance(self.router, RoundRobin):
+            eligible = np.flatnonzero(why == 0)
+            target = np.arange(len(eligible)) % self.n_workers
+            self._worker_rids = [eligible[target == w] for w in range(self.n_workers)]
+            self.router.assignment = dict(zip(eligible.tolist(), target.tolist(), strict=True))
+
+    def next_arrival_time(self, worker: int | None = None) -> float:
+        """When the next request not yet routed arrives (for ``worker``, where known)."""
         i = self._next_rid
+        if worker is not None and self._worker_rids is not None:
+            rids = self._worker_rids[worker]
+            j = int(np.searchsorted(rids, i))
+            return float(self.table.arrival[rids[j]]) if j < len(rids) else float("inf")
         return float(self.table.arrival[i]) if i < self.table.n else float("inf")
 
     def on_finish(self, n: int) -> None:

@@ -21,8 +21,11 @@ class RoundRobin(Router):
     def __init__(self, workers: list) -> None:
         super().__init__(workers)
         self._next = 0
+        self.assignment: dict[int, int] | None = None  # precomputed by the simulation
 
     def pick(self, rid: int):
+        if self.assignment is not None:
+            return self.workers[self.assignment[rid]]
         w = self.workers[self._next]
         self._next = (self._next + 1) % len(self.workers)
         return w

@@ -304,7 +304,7 @@ class Worker:
             return None
         left0 = t.output[run] - t.generated[run]
         room = int(left0.min()) + (1 if pre.any() else 0)  # the first finish comes by then
-        ahead = sim.next_arrival_time() - self.env.now
+        ahead = sim.next_arrival_time(self.wid) - self.env.now
         if self._last_dt > 0 and ahead < float("inf"):
             room = min(room, int(ahead / self._last_dt) + 1)
         S = max(min(self.FAST_STEPS, room), 2)
@@ -375,7 +375,7 @@ class Worker:
         dt = np.maximum(dtt, vt) if sim.overlap_draft else dtt + vt
         end = self.env.now + np.cumsum(dt)
         start = end - dt
-        ok &= start < sim.next_arrival_time()
+        ok &= start < sim.next_arrival_time(self.wid)
         if sim.horizon is not None:
             ok &= end < sim.horizon
         m = int(np.argmin(ok)) if not ok.all() else S

@@ -84,10 +84,13 @@ def test_conservation_for_each_drafter(method, extra):
         assert res.metrics["drafted_tokens"] == 0
 
 
-def test_fast_path_gives_the_step_by_step_result():
+@pytest.mark.parametrize("router", ["least_loaded", "round_robin"])
+def test_fast_path_gives_the_step_by_step_result(router):
     tr = make_trace(300, rate=3.0, prompt=(50, 600), output=(20, 600), seed=5)
+    tr.loc[[10, 20], "prompt_tokens"] = 500_000  # rejected up front: round robin skips them
     sc = scenario()
     sc["hardware"]["memory_fraction"] = 0.9
+    sc["router"]["policy"] = router
     fast = run_scenario(sc, trace=tr, overrides={"simulation.fast_path": True})
     slow = run_scenario(sc, trace=tr, overrides={"simulation.fast_path": False})
     a, b = fast.requests, slow.requests
