@@ -260,6 +260,7 @@ class Simulation:
             target = np.arange(len(eligible)) % self.n_workers
             self._worker_rids = [eligible[target == w] for w in range(self.n_workers)]
             self.router.assignment = dict(zip(eligible.tolist(), target.tolist(), strict=True))
+        self.arrivals_planned = self._worker_rids is not None
 
     def next_arrival_time(self, worker: int | None = None) -> float:
         """When the next request not yet routed arrives (for ``worker``, where known)."""

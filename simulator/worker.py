@@ -303,7 +303,7 @@ class Worker:
         if B * (K + 1) > self.sched.token_budget:
             return None
         left0 = t.output[run] - t.generated[run]
-        room = int(left0.min()) + (1 if pre.any() else 0)  # the first finish comes by then
+        room = int(left0.max()) + 1  # every row has finished by then
         ahead = sim.next_arrival_time(self.wid) - self.env.now
         if self._last_dt > 0 and ahead < float("inf"):
             room = min(room, int(ahead / self._last_dt) + 1)
@@ -326,10 +326,11 @@ class Worker:
         cum_full = np.cumsum(afull + 1, axis=0)
         before = np.minimum(cum_full - afull - 1, left0[None, :])  # emitted before step s
         left = left0[None, :] - before
+        alive = left > 0  # a finished row leaves the batch: no tokens, no KV after its end
         k = np.minimum(kfull, np.maximum(left - 1, 0))
         acc = np.minimum(afull, k)
-        emit = acc + 1
-        q = k + 1
+        emit = np.where(alive, acc + 1, 0)
+        q = np.where(alive, k + 1, 0)
         q[0] = np.where(pre, rem0, q[0])
         kv_add = emit.copy()
         kv_add[0] = np.where(pre, rem0, emit[0])
@@ -338,24 +339,28 @@ class Worker:
             room0 = self.sched.token_budget - int(q[0][~pre].sum())
             if int(rem0[pre].sum()) > room0:
                 return None  # the prompts need more than one chunk
-        finishing = (left - emit) <= 0  # only meaningful up to the first finish
-        ok = np.ones(S, bool)
-        fin_any = finishing.any(axis=1)
-        if fin_any.any():
-            ok[int(np.argmax(fin_any)) + 1:] = False
-        # KV: blocks held before each step, needed during it, kept after it
+        finishing = alive & (left == emit)
+        n_alive = alive.sum(axis=1)
+        ok = n_alive > 0  # once every row is done the worker idles
+        if not sim.arrivals_planned:
+            # a load-reading router sees finishes when it routes: end at the first finish
+            fin_any = finishing.any(axis=1)
+            if fin_any.any():
+                ok[int(np.argmax(fin_any)) + 1:] = False
+        # KV: blocks held before each step, needed during it, kept after it (0 once done)
         bs = self.kv.block_size
         kvb = kv0[None, :] + np.cumsum(kv_add, axis=0) - kv_add
         need = -(-(kvb + q) // bs)
         held = -(-kvb // bs)
         held[0] = t.blocks[run]
         held[1, pre] = np.maximum(t.blocks[run][pre], need[0, pre])  # prefill keeps its reserve
-        during_rows = np.maximum(held, need)
+        during_rows = np.where(alive, np.maximum(held, need), 0)
         after_rows = np.minimum(during_rows, -(-(kvb + kv_add) // bs))
         after_rows[0, pre] = during_rows[0, pre]
+        after_rows[finishing] = 0
         ok &= during_rows.sum(axis=1) <= self.kv.total
         # price every step: drafting + one verification pass of every row's q tokens
-        ctx = kvb.astype(np.float64)
+        ctx = np.where(alive, kvb, 0).astype(np.float64)
         qf = q.astype(np.float64)
         tokens = qf.sum(axis=1)
         qc = (qf * ctx + qf * (qf + 1) / 2).sum(axis=1)
@@ -389,38 +394,39 @@ class Worker:
                 "verify": vt[:m], "flops": vf[:m] + dtf[:m], "bytes": vb[:m] + dtb[:m],
                 "tokens": tokens[:m], "during": during_rows[:m].sum(axis=1),
                 "after_rows": after_rows[last], "after": after_rows[:m].sum(axis=1),
-                "finished": finishing[last]}
+                "alive": alive[:m], "n_alive": n_alive[:m], "finishing": finishing[:m]}
 
     def _fast_commit(self, f: dict) -> None:
         sim, t, kv, now = self.sim, self.sim.table, self.kv, self.env.now
-        run, m, B, pre = self.run, f["m"], len(self.run), f["pre"]
+        run, m, pre, alive = self.run, f["m"], f["pre"], f["alive"]
         dt = f["dt"]
-        end0 = f["start"][0] + dt[0]
+        end = f["start"] + dt
         if f["n_pre"]:
-            t.first_token[run[pre]] = end0
-            sim.metrics.add_itl(end0 - t.last_delivery[run[~pre]])
+            t.first_token[run[pre]] = end[0]
+            sim.metrics.add_itl(end[0] - t.last_delivery[run[~pre]])
         else:
-            sim.metrics.add_itl(end0 - t.last_delivery[run])
+            sim.metrics.add_itl(end[0] - t.last_delivery[run])
         if m > 1:
-            sim.metrics.add_itl(np.repeat(dt[1:], B))
+            sim.metrics.add_itl(np.repeat(dt[1:], f["n_alive"][1:]))
+        live_steps = alive.sum(axis=0)
         t.generated[run] += f["emit"]
         t.accepted[run] += f["acc"].sum(axis=0)
-        t.bonus[run] += m
+        t.bonus[run] += live_steps
         t.drafted[run] += f["k"].sum(axis=0)
-        t.steps[run] += m - pre
+        t.steps[run] += live_steps - pre
         t.kv_len[run] += f["kv_add"]
         t.last_delivery[run] = now
         held = int(t.blocks[run].sum())
         t.blocks[run] = f["after_rows"]
         kv.used += int(f["after_rows"].sum()) - held
         kv.peak = max(kv.peak, int(f["during"].max()), kv.used)
-        fin = f["finished"]
+        fin_steps = f["finishing"]
+        fin = fin_steps.any(axis=0)
         if fin.any():
             rows = run[fin]
-            t.finish[rows] = now
+            t.finish[rows] = end[np.argmax(fin_steps[:, fin], axis=0)]
+            t.last_delivery[rows] = t.finish[rows]
             t.status[rows] = rq.DONE
-            kv.release(int(t.blocks[rows].sum()))
-            t.blocks[rows] = 0
             self.run = run[~fin]
             sim.on_finish(len(rows))
         self._last_dt = float(dt[-1])
@@ -436,7 +442,8 @@ class Worker:
         if sim.record_iterations:
             n_pre = f["n_pre"]
             first = np.arange(m) == 0
+            n_alive = f["n_alive"]
             sim.metrics.add_iterations(
-                f["start"], self.wid, B, np.where(first, B - n_pre, B), np.where(first, n_pre, 0),
-                f["tokens"], f["k"].sum(axis=1), f["draft"], f["verify"], cu, mu,
-                f["after"] - np.where(np.arange(m) == m - 1, int(f["after_rows"][fin].sum()), 0))
+                f["start"], self.wid, n_alive, np.where(first, n_alive - n_pre, n_alive),
+                np.where(first, n_pre, 0), f["tokens"], f["k"].sum(axis=1), f["draft"],
+                f["verify"], cu, mu, f["after"])
