@@ -119,13 +119,7 @@ class ForwardCostModel:
 
         Zero tokens cost zero: no pass is launched.
         """
-        t = np.asarray(tokens, dtype=np.float64)
-        lg = t if logits is None else np.asarray(logits, dtype=np.float64)
-        compute_lin, mem_lin, compute_attn, mem_attn = self._parts(t, qc, ctx, lg)
-        lin = np.maximum(compute_lin * (1.0 + self._dequant), mem_lin)
-        attn = np.maximum(compute_attn, mem_attn)
-        comm = self._comm_per_token * t + self._comm_fixed
-        total = np.where(t > 0, lin + attn + comm + self._overhead, 0.0)
+        total = self.time_and_work(tokens, qc, ctx, logits)[0]
         return total if total.ndim else float(total)
 
     def _parts(self, t, qc, ctx, lg):
