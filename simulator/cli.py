@@ -123,7 +123,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specsim", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="specsim", description="Simulate LLM serving with speculative decoding: latency, throughput, cost and energy.")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="simulate a scenario and report")
     r.add_argument("scenario")
@@ -138,13 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("scenario")
     v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
     v.set_defaults(func=cmd_validate)
-    for mod, fn in (("traces.cli", "add_trace_commands"),
-                    ("cost_models.calibrate.cli", "add_calibrate_command")):
-        try:
-            module = __import__(mod, fromlist=[fn])
-        except ImportError:
-            continue
-        getattr(module, fn)(sub)
+    from cost_models.calibrate.cli import add_calibrate_command
+    from traces.cli import add_trace_commands
+
+    add_trace_commands(sub)
+    add_calibrate_command(sub)  # imports torch only when run
     return p
 
 

@@ -1,0 +1,63 @@
+"""``specsim calibrate``: registered on the main CLI by ``add_calibrate_command``.
+
+Importing this module does not import torch: ``--from-measurements`` works without the
+calibrate extra, and a missing torch is a one-line error, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_calibrate_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register ``calibrate`` (func(args) -> exit code)."""
+    c = subparsers.add_parser(
+        "calibrate", help="time a torch verification microbenchmark and fit a profile",
+        description="Time verification passes (batch x query tokens x context) of a plain torch "
+                    "transformer, fit the roofline's efficiencies and overheads, validate on "
+                    "held-out points and on real speculative decoding of SmolLM2-135M, and "
+                    "write a calibration profile (YAML). With --from-measurements, fit your "
+                    "own engine's measured step times instead.")
+    c.add_argument("--quick", action="store_true", help="small grid and prompts (~1 minute)")
+    c.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    c.add_argument("--dtype", choices=("bf16", "float32", "fp16"), default=None,
+                   help="benchmark dtype (default bf16)")
+    c.add_argument("--out", metavar="FILE", help="profile to write (default: "
+                   "calibration-<device>.yaml, or <csv stem>-calibration.yaml)")
+    c.add_argument("--from-measurements", metavar="CSV",
+                   help="fit to a CSV with columns model, hardware, tensor_parallel, batch_size, "
+                        "prompt_len, prefill_ms, decode_ms_per_token")
+    c.add_argument("--name", help="profile (and measured hardware) name")
+    c.add_argument("--threads", type=int, help="CPU threads for torch (default min(2, cores))")
+    c.add_argument("--no-e2e", action="store_true",
+                   help="skip the speculative-decoding validation on SmolLM2")
+    c.set_defaults(func=cmd_calibrate)
+    return c
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.from_measurements:
+        from .fit import fit_from_measurements, write_profile
+
+        result, profile = fit_from_measurements(args.from_measurements, name=args.name)
+        out = Path(args.out or f"{Path(args.from_measurements).stem}-calibration.yaml")
+        write_profile(profile, out)
+        cal = result.calibration
+        print(f"fit to {result.train['points']} measured passes: eta_compute "
+              f"{cal.eta_compute:.3f}, eta_memory {cal.eta_memory:.3f}, "
+              f"{cal.per_layer_overhead_s * 1e6:.1f} us/layer, "
+              f"{cal.fixed_overhead_s * 1e6:.1f} us/pass")
+        print(f"fit error: median {result.train['median_ape_pct']}%, worst "
+              f"{result.train['max_ape_pct']}%")
+        print(f"wrote {out}")
+        return 0
+    from . import require_torch
+
+    require_torch()
+    from .run import calibrate
+
+    out = args.out or f"calibration-{args.device}.yaml"
+    calibrate(device=args.device, quick=args.quick, out=out, dtype=args.dtype,
+              threads=args.threads, e2e=not args.no_e2e, name=args.name)
+    return 0
