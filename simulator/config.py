@@ -71,7 +71,8 @@ SCHEMA: dict[str, Any] = {
         "ngram": {
             "match_rate": Field("float", 1.0, lo=0.0, hi=1.0,
                                 help="share of steps where the lookup finds a match"),
-            "cpu_s_per_step": Field("float", 20e-6, lo=0.0),
+            "cpu_s_per_step": Field("float", 20e-6, lo=0.0,
+                                    help="assumed default (a compiled lookup); measure yours"),
         },
         "overlap_draft": Field("bool", False),
     },
