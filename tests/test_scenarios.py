@@ -1,0 +1,32 @@
+"""Every bundled scenario validates and runs; code accepts longer drafts than chat."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator import run_scenario
+from tests.conftest import REPO
+
+SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_bundled_scenario_runs_and_conserves(path):
+    m = run_scenario(path).metrics
+    assert m["requests_completed"] + m["requests_rejected"] == m["requests_arrived"] > 0
+    assert m["output_tokens"] == m["accepted_tokens"] + m["bonus_tokens"]
+    assert m["calibration"] == "uncalibrated default"
+    if path.stem.endswith("nospec"):
+        assert m["mean_acceptance_length"] == 1.0
+    else:
+        twin = path.with_name(path.stem + "_nospec.yaml")
+        if twin.exists():
+            off = run_scenario(twin).metrics
+            assert m["tpot_s"]["mean"] < off["tpot_s"]["mean"]
+
+
+def test_code_accepts_more_per_step_than_chat_on_the_same_hardware():
+    code = run_scenario(REPO / "scenarios" / "code_completion.yaml").metrics
+    chat = run_scenario(REPO / "scenarios" / "chat.yaml").metrics
+    assert code["fleet"]["accelerator"] == chat["fleet"]["accelerator"]
+    assert code["mean_acceptance_length"] > chat["mean_acceptance_length"] + 0.2
