@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -134,11 +136,23 @@ def test_prompt_lookup_copies_the_latest_match():
 
 def test_median_of_runs_takes_per_step_medians(tiny_model):
     prompt = list(range(8))
-    runs = [generate(tiny_model, prompt, 12, PromptLookupDrafter(), k=2) for _ in range(3)]
-    med = median_of_runs(runs)
-    assert med.tokens == runs[0].tokens
-    assert min(r.tpot_s for r in runs) <= med.tpot_s * (1 + 1e-9)
-    assert med.tpot_s <= max(r.tpot_s for r in runs) * (1 + 1e-9)
+    real = generate(tiny_model, prompt, 12, PromptLookupDrafter(), k=2)
+
+    def with_durations(prefill, durations):
+        """The real run's steps, retimed: deterministic durations, no machine noise."""
+        ends = prefill + np.cumsum(durations)
+        steps = [dataclasses.replace(st, end_s=float(e)) for st, e in zip(real.steps, ends,
+                                                                           strict=True)]
+        return dataclasses.replace(real, prefill_s=prefill, steps=steps)
+
+    n = len(real.steps)
+    a = with_durations(1.0, np.full(n, 0.010))
+    b = with_durations(3.0, np.full(n, 0.030))  # a slow repeat: the median ignores it
+    c = with_durations(2.0, np.full(n, 0.020))
+    med = median_of_runs([a, b, c])
+    assert med.tokens == real.tokens
+    assert med.prefill_s == pytest.approx(2.0)
+    assert med.decode_s == pytest.approx(0.020 * n)
 
 
 # ---------------------------------------------------------------- the real model

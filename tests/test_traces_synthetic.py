@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -125,16 +124,16 @@ def test_onoff_fixed_periods_are_silent_when_off():
     assert mean_rate(with_background) == pytest.approx(2.8, rel=0.03)
 
 
-def test_hundred_thousand_requests_generate_fast():
+def test_hundred_thousand_requests_generate():
+    """Vectorised generation of a large trace (its speed is a benchmark, not asserted)."""
     section = synthetic(
         {"process": "gamma", "rate": 50.0, "cv": 2.0},
         prompt_tokens={"distribution": "lognormal", "median": 1000, "sigma": 1.0},
         output_tokens={"distribution": "lognormal", "mean": 200, "sigma": 0.8},
     )
-    start = time.perf_counter()
     df = build(section)
-    assert time.perf_counter() - start < 1.5
     assert len(df) == 100_000
+    assert df["arrival_s"].is_monotonic_increasing
 
 
 def lengths(spec, n=40_000, tmp_path: Path = Path(".")):
