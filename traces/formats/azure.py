@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.formats.common import assemble, concat
-from traces.reading import column_ints, column_times_ns, iter_csv_chunks
+from traces.formats.common import assemble, read_csv_columns
+from traces.reading import column_ints, column_times_ns
 
 NAME = "azure"
 REQUIRED = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -33,26 +33,13 @@ def load(
     keep_columns: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Read an Azure trace; arrival 0 is the first request's timestamp."""
-    lines, times, prompt, output = [], [], [], []
-    extras: dict[str, list[np.ndarray]] = {c: [] for c in keep_columns}
-    for line_no, chunk in iter_csv_chunks(path, origin, REQUIRED, fmt=NAME, keep=keep_columns):
-        lines.append(line_no)
-        times.append(column_times_ns(chunk, line_no, "TIMESTAMP", origin))
-        prompt.append(column_ints(chunk, line_no, "ContextTokens", origin))
-        output.append(column_ints(chunk, line_no, "GeneratedTokens", origin))
-        for c in keep_columns:
-            extras[c].append(chunk[c].to_numpy(dtype=object))
-    stamps = concat(times, np.int64)
+    lines, cols, extras = read_csv_columns(path, origin, NAME, REQUIRED, {
+        "arrival": (lambda c, ln: column_times_ns(c, ln, "TIMESTAMP", origin), np.int64),
+        "prompt": (lambda c, ln: column_ints(c, ln, "ContextTokens", origin), np.int64),
+        "output": (lambda c, ln: column_ints(c, ln, "GeneratedTokens", origin), np.int64),
+    }, keep_columns=keep_columns)
+    stamps = cols["arrival"]
     base = stamps.min() if sort else stamps[0]
     arrival = (stamps - base).astype(np.float64) / 1e9
-    return assemble(
-        origin,
-        concat(lines, np.int64),
-        arrival,
-        concat(prompt, np.int64),
-        concat(output, np.int64),
-        keep_failed=keep_failed,
-        sort=sort,
-        time_column="TIMESTAMP",
-        extras={c: concat(v, object) for c, v in extras.items()},
-    )
+    return assemble(origin, lines, arrival, cols["prompt"], cols["output"],
+                    keep_failed=keep_failed, sort=sort, time_column="TIMESTAMP", extras=extras)

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.formats.common import assemble, concat
-from traces.reading import column_floats, column_ints, iter_csv_chunks
+from traces.formats.common import assemble, read_csv_columns
+from traces.reading import column_floats, column_ints
 
 NAME = "burstgpt"
 REQUIRED = ("Timestamp", "Request tokens", "Response tokens")
@@ -42,42 +42,31 @@ def load(
     keep_columns: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Read a BurstGPT CSV; failed requests are dropped unless ``keep_failed``."""
-    lines, times, prompt, output, failed, sessions = [], [], [], [], [], []
-    extras: dict[str, list[np.ndarray]] = {c: [] for c in keep_columns}
-    for line_no, chunk in iter_csv_chunks(
-        path, origin, REQUIRED, OPTIONAL, fmt=NAME, keep=keep_columns
-    ):
-        lines.append(line_no)
-        times.append(column_floats(chunk, line_no, "Timestamp", origin, "a time in seconds"))
-        prompt.append(column_ints(chunk, line_no, "Request tokens", origin))
-        output.append(column_ints(chunk, line_no, "Response tokens", origin))
-        if "Log Type" in chunk.columns:
-            kind = chunk["Log Type"].str.lower()
-            failed.append(kind.str.contains("fail").to_numpy(dtype=bool))
-        if "Session ID" in chunk.columns:
-            sessions.append(chunk["Session ID"].to_numpy(dtype=object))
-        for c in keep_columns:
-            extras[c].append(chunk[c].to_numpy(dtype=object))
-    out = concat(output, np.int64)
+    def failed(chunk: pd.DataFrame, _lines: np.ndarray) -> np.ndarray | None:
+        if "Log Type" not in chunk.columns:
+            return None
+        return chunk["Log Type"].str.lower().str.contains("fail").to_numpy(dtype=bool)
+
+    def sessions(chunk: pd.DataFrame, _lines: np.ndarray) -> np.ndarray | None:
+        return chunk["Session ID"].to_numpy(dtype=object) if "Session ID" in chunk else None
+
+    lines, cols, extras = read_csv_columns(path, origin, NAME, REQUIRED, {
+        "arrival": (lambda c, ln: column_floats(c, ln, "Timestamp", origin, "a time in seconds"),
+                    np.float64),
+        "prompt": (lambda c, ln: column_ints(c, ln, "Request tokens", origin), np.int64),
+        "output": (lambda c, ln: column_ints(c, ln, "Response tokens", origin), np.int64),
+        "failed": (failed, bool),
+        "sessions": (sessions, object),
+    }, optional=OPTIONAL, keep_columns=keep_columns)
     columns: dict[str, np.ndarray] = {}
-    if sessions:
-        ids = concat(sessions, object)
+    ids = cols["sessions"]
+    if ids is not None:
         ids = np.where(ids == "", None, ids)
         codes, _ = pd.factorize(ids, use_na_sentinel=True)
         columns["session_id"] = codes.astype(np.int64)
-    df = assemble(
-        origin,
-        concat(lines, np.int64),
-        concat(times, np.float64),
-        concat(prompt, np.int64),
-        out,
-        failed=concat(failed, bool) if failed else None,
-        keep_failed=keep_failed,
-        sort=sort,
-        time_column="Timestamp",
-        columns=columns,
-        extras={c: concat(v, object) for c, v in extras.items()},
-    )
-    if sessions:
+    df = assemble(origin, lines, cols["arrival"], cols["prompt"], cols["output"],
+                  failed=cols["failed"], keep_failed=keep_failed, sort=sort,
+                  time_column="Timestamp", columns=columns, extras=extras)
+    if ids is not None:
         df["turn"] = _turns(df["session_id"].to_numpy())
     return df

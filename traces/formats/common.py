@@ -2,19 +2,58 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from traces.errors import at_line
-from traces.reading import check_sorted
+from traces.reading import check_sorted, iter_csv_chunks
 from traces.schema import make_trace
 
 
 def concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     """Join per-chunk arrays (empty input gives an empty array of ``dtype``)."""
     return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
+
+
+ColumnParser = Callable[[pd.DataFrame, np.ndarray], "np.ndarray | None"]
+
+
+def read_csv_columns(
+    path: Path,
+    origin: str,
+    fmt: str,
+    required: Sequence[str],
+    parsers: dict[str, tuple[ColumnParser, Any]],
+    *,
+    optional: Sequence[str] = (),
+    keep_columns: Sequence[str] = (),
+) -> tuple[np.ndarray, dict[str, np.ndarray | None], dict[str, np.ndarray]]:
+    """The chunked read every CSV format shares: file line numbers, parsed columns, extras.
+
+    ``parsers`` maps a name to ``(parse(chunk, line_numbers), dtype)``; a parser returns
+    None for a chunk without its (optional) column, and a column no chunk had is None.
+    """
+    lines: list[np.ndarray] = []
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in parsers}
+    extras: dict[str, list[np.ndarray]] = {c: [] for c in keep_columns}
+    for line_no, chunk in iter_csv_chunks(path, origin, required, optional, fmt=fmt,
+                                          keep=keep_columns):
+        lines.append(line_no)
+        for name, (parse, _dtype) in parsers.items():
+            value = parse(chunk, line_no)
+            if value is not None:
+                parts[name].append(value)
+        for c in keep_columns:
+            extras[c].append(chunk[c].to_numpy(dtype=object))
+    # iter_csv_chunks rejects empty and header-only files, so required columns have data
+    columns = {name: concat(parts[name], dtype) if parts[name] else None
+               for name, (_parse, dtype) in parsers.items()}
+    return (concat(lines, np.int64), columns,
+            {c: concat(v, object) for c, v in extras.items()})
 
 
 def assemble(

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.formats.common import assemble, concat
-from traces.reading import column_floats, column_ints, iter_csv_chunks
+from traces.formats.common import assemble, read_csv_columns
+from traces.reading import column_floats, column_ints
 
 NAME = "vidur"
 REQUIRED = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
@@ -32,23 +32,11 @@ def load(
     keep_columns: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Read a Vidur request trace."""
-    lines, times, prompt, output = [], [], [], []
-    extras: dict[str, list[np.ndarray]] = {c: [] for c in keep_columns}
-    for line_no, chunk in iter_csv_chunks(path, origin, REQUIRED, fmt=NAME, keep=keep_columns):
-        lines.append(line_no)
-        times.append(column_floats(chunk, line_no, "arrived_at", origin, "a time in seconds"))
-        prompt.append(column_ints(chunk, line_no, "num_prefill_tokens", origin))
-        output.append(column_ints(chunk, line_no, "num_decode_tokens", origin))
-        for c in keep_columns:
-            extras[c].append(chunk[c].to_numpy(dtype=object))
-    return assemble(
-        origin,
-        concat(lines, np.int64),
-        concat(times, np.float64),
-        concat(prompt, np.int64),
-        concat(output, np.int64),
-        keep_failed=keep_failed,
-        sort=sort,
-        time_column="arrived_at",
-        extras={c: concat(v, object) for c, v in extras.items()},
-    )
+    lines, cols, extras = read_csv_columns(path, origin, NAME, REQUIRED, {
+        "arrival": (lambda c, ln: column_floats(c, ln, "arrived_at", origin, "a time in seconds"),
+                    np.float64),
+        "prompt": (lambda c, ln: column_ints(c, ln, "num_prefill_tokens", origin), np.int64),
+        "output": (lambda c, ln: column_ints(c, ln, "num_decode_tokens", origin), np.int64),
+    }, keep_columns=keep_columns)
+    return assemble(origin, lines, cols["arrival"], cols["prompt"], cols["output"],
+                    keep_failed=keep_failed, sort=sort, time_column="arrived_at", extras=extras)
