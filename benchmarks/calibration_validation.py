@@ -29,7 +29,7 @@ from cost_models.calibrate.fit import (  # noqa: E402
     model_spec_from_shape,
     precision_for,
 )
-from cost_models.roofline import ForwardCostModel  # noqa: E402
+from cost_models.roofline import ForwardCostModel, attention_area  # noqa: E402
 
 DEFAULT_PROFILE = REPO / "cost_models" / "calibrations" / "cpu-example.yaml"
 DEFAULT_PLOT = REPO / "docs" / "img" / "calibration_cpu.png"
@@ -108,7 +108,7 @@ def plot(prof: dict, grid: pd.DataFrame, out: Path) -> None:
     for ax, ctx in zip(axes[0], (ctxs[0], ctxs[-1]), strict=True):
         for i, b in enumerate(sorted(grid.batch.unique())):
             col = colors[i % len(colors)]
-            t = np.array([float(cm.time(b * q, b * (q * ctx + q * (q + 1) / 2), b * ctx, b * q))
+            t = np.array([float(cm.time(b * q, b * attention_area(q, ctx), b * ctx, b * q))
                           for q in qs])
             ax.plot(qs, t * 1e3, "-", color=col, label=f"fitted, batch {b}")
             pts = grid[(grid.n_layers == deep) & (grid.ctx == ctx) & (grid.batch == b)]

@@ -18,12 +18,22 @@ from .catalog import HardwareSpec, ModelSpec, Precision
 from .errors import CatalogError
 
 
+def attention_area(q, ctx):
+    """Causal attention area of ``q`` new tokens over ``ctx`` cached ones: q*ctx + q(q+1)/2.
+
+    Query i (1-based) attends ctx + i positions. The one place this is written; works on
+    scalars and arrays.
+    """
+    return q * ctx + q * (q + 1) / 2
+
+
 @dataclass(frozen=True)
 class BatchShape:
     """Aggregates of a batch that the roofline needs.
 
-    tokens: sum of q_i; qc: sum of q_i * c_i; ctx: sum of c_i (KV read); logits: tokens that
-    need the LM head (decode and verify tokens, one per prefill that completes).
+    tokens: sum of q_i; qc: attention area, sum of q_i * c_i + q_i (q_i + 1) / 2; ctx: sum of
+    c_i, the cached context each sequence reads; logits: tokens that need the LM head (decode
+    and verify tokens, one per prefill that completes).
     """
 
     tokens: float
@@ -36,7 +46,8 @@ class BatchShape:
         q = np.asarray(q, dtype=np.float64)
         c = np.asarray(c, dtype=np.float64)
         t = float(q.sum())
-        return BatchShape(t, float((q * c).sum()), float(c.sum()), t if logits is None else logits)
+        return BatchShape(t, float(attention_area(q, c).sum()), float(c.sum()),
+                          t if logits is None else logits)
 
 
 @dataclass(frozen=True)
@@ -133,63 +144,43 @@ class ForwardCostModel:
         return (flops_lin / self._lin_rate, bytes_lin / self._bw,
                 flops_attn / self._attn_rate, bytes_attn / self._bw)
 
-    def scalar(self, tokens: float, qc: float, ctx: float, logits: float) -> tuple[float, float, float]:
-        """(seconds, FLOPs, bytes) of one pass, in plain float arithmetic: the simulator's hot path."""
-        if tokens <= 0:
-            return 0.0, 0.0, 0.0
-        fl_lin = self._lin_flops_per_token * tokens + self._head_flops_per_logit * logits
-        wbytes = self._dense_weight_bytes
-        if self.model.moe is not None:
-            e = float(self.model.moe.n_experts)
-            touched = e * (1.0 - (1.0 - self.model.moe.top_k / e) ** tokens)
-            wbytes += self.model.n_moe_layers * self._expert_bytes * touched
-        by_lin = wbytes + self._act_bytes_per_token * tokens
-        fl_att = self._attn_flops_per_qc * qc
-        by_att = self._kv_bytes_per_ctx * (ctx + tokens)
-        c_lin = fl_lin / self._lin_rate * (1.0 + self._dequant)
-        m_lin = by_lin / self._bw
-        c_att = fl_att / self._attn_rate
-        m_att = by_att / self._bw
-        t = ((c_lin if c_lin > m_lin else m_lin) + (c_att if c_att > m_att else m_att)
-             + self._comm_per_token * tokens + self._comm_fixed + self._overhead)
-        return t, fl_lin + fl_att, by_lin + by_att
+    def _evaluate(self, tokens, qc, ctx, logits):
+        """The roofline, written once: (seconds, compute s, memory s, comm s, FLOPs, bytes).
 
-    def time_and_work(self, tokens, qc, ctx, logits=None):
-        """Seconds, FLOPs and bytes of passes (arrays), sharing one evaluation of the parts."""
+        Per op group max(compute, memory) (linear layers pay dequantisation on the compute
+        side), plus tensor-parallel communication and the fixed overheads; a pass with no
+        tokens is not launched and costs nothing.
+        """
         t = np.asarray(tokens, dtype=np.float64)
         lg = t if logits is None else np.asarray(logits, dtype=np.float64)
-        compute_lin, mem_lin, compute_attn, mem_attn = self._parts(t, qc, ctx, lg)
-        lin = np.maximum(compute_lin * (1.0 + self._dequant), mem_lin)
-        attn = np.maximum(compute_attn, mem_attn)
+        c_lin, m_lin, c_att, m_att = self._parts(t, qc, ctx, lg)
+        c_lin_q = c_lin * (1.0 + self._dequant)
         comm = self._comm_per_token * t + self._comm_fixed
         live = t > 0
-        total = np.where(live, lin + attn + comm + self._overhead, 0.0)
-        flops = np.where(live, compute_lin * self._lin_rate + compute_attn * self._attn_rate, 0.0)
-        nbytes = np.where(live, (mem_lin + mem_attn) * self._bw, 0.0)
+        total = np.where(live, np.maximum(c_lin_q, m_lin) + np.maximum(c_att, m_att) + comm
+                         + self._overhead, 0.0)
+        flops = np.where(live, c_lin * self._lin_rate + c_att * self._attn_rate, 0.0)
+        nbytes = np.where(live, (m_lin + m_att) * self._bw, 0.0)
+        return (total, np.where(live, c_lin_q + c_att, 0.0), np.where(live, m_lin + m_att, 0.0),
+                np.where(live, comm, 0.0), flops, nbytes)
+
+    def time_and_work(self, tokens, qc, ctx, logits=None):
+        """Seconds, FLOPs and bytes of passes (arrays of aggregates, one pass each)."""
+        total, _, _, _, flops, nbytes = self._evaluate(tokens, qc, ctx, logits)
         return total, flops, nbytes
 
     def work(self, tokens, qc, ctx, logits=None):
         """FLOPs and bytes per device of passes with these aggregates (utilisation, energy)."""
-        t = np.asarray(tokens, dtype=np.float64)
-        lg = t if logits is None else np.asarray(logits, dtype=np.float64)
-        c_lin, m_lin, c_att, m_att = self._parts(t, qc, ctx, lg)
-        return c_lin * self._lin_rate + c_att * self._attn_rate, (m_lin + m_att) * self._bw
+        return self._evaluate(tokens, qc, ctx, logits)[4:]
 
     def price(self, shape: BatchShape) -> PassCost:
-        """Full breakdown of one pass (for reports, iterations.csv and tests)."""
+        """Full breakdown of one pass (for reports and tests)."""
         if shape.tokens <= 0:
             return PassCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        t = float(shape.tokens)
-        c_lin, m_lin, c_att, m_att = (float(x) for x in self._parts(t, shape.qc, shape.ctx,
-                                                                    shape.logits))
-        c_lin *= 1.0 + self._dequant
-        comm = self._comm_per_token * t + self._comm_fixed
-        total = max(c_lin, m_lin) + max(c_att, m_att) + comm + self._overhead
-        flops = (self._lin_flops_per_token * t + self._head_flops_per_logit * shape.logits
-                 + self._attn_flops_per_qc * shape.qc)
-        nbytes = m_lin * self._bw + m_att * self._bw
+        total, comp, mem, comm, flops, nbytes = (float(x) for x in self._evaluate(
+            shape.tokens, shape.qc, shape.ctx, shape.logits))
         return PassCost(
-            time_s=total, compute_s=c_lin + c_att, memory_s=m_lin + m_att, comm_s=comm,
+            time_s=total, compute_s=comp, memory_s=mem, comm_s=comm,
             overhead_s=self._overhead, flops=flops, bytes=nbytes,
             compute_util=flops / (total * self.linear_peak),
             memory_util=nbytes / (total * self.hw.hbm_bw),

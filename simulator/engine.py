@@ -27,22 +27,16 @@ from . import config as cfg
 from . import requests as rq
 from . import rng
 from .acceptance import build_acceptance
+from .batching import FcfsScheduler  # noqa: F401  (registers "fcfs")
 from .errors import ScenarioError
+from .execution import Executor
+from .kernel import Kernel
+from .kv import BlockAllocator
 from .metrics import Metrics, dist
-from .router import RoundRobin, make_router
-from .speculation import (
-    Drafter,
-    FixedTimeDrafter,
-    LookupDrafter,
-    NoDrafter,
-    ParallelDrafter,
-    RatioDrafter,
-    SequentialDrafter,
-    StaticK,
-    eagle_head,
-    make_controller,
-)
-from .worker import SchedulerConfig, Worker
+from .registry import BATCH_SCHEDULERS
+from .router import RequestFeatures, make_router
+from .speculation import DraftContext, Drafter, DrafterModel, build_drafter, make_policy
+from .worker import Ledger, Worker
 
 USER_ERRORS = (ScenarioError, CatalogError, TraceError)
 
@@ -85,8 +79,7 @@ class Simulation:
         # --- speculation
         self.method = spec["method"]
         self.drafter, drafter_model = self._drafter(spec)
-        self.drafter_prefills = isinstance(self.drafter, SequentialDrafter)
-        self.controller = make_controller(spec["policy"], self.method, spec["k"])
+        self.controller = make_policy(spec["policy"], self.method, spec["k"])
         self.overlap_draft = bool(spec["overlap_draft"])
         acc_sec = spec["acceptance"]
         if self.method != "none" and acc_sec is None:
@@ -112,19 +105,32 @@ class Simulation:
         self._prepare_requests()
         # --- SimPy model
         s = sc["scheduler"]
-        self.sched = SchedulerConfig(s["max_batch"], s["token_budget"], s["chunked_prefill"],
-                                     s["max_queue"])
+        self.max_queue = s["max_queue"]
         self.horizon = sc["simulation"]["horizon_s"]
         self.record_iterations = sc["simulation"]["record_iterations"]
         self.env = simpy.Environment()
         self.metrics = Metrics()
-        self.workers = [Worker(i, self, self.kv_blocks) for i in range(self.n_workers)]
-        self.router = make_router(sc["router"]["policy"], self.workers)
+        executor = Executor(self.target, self.drafter, self.overlap_draft)
+        multi_step = bool(sc["simulation"]["fast_path"])
+        sched_cls = BATCH_SCHEDULERS.get(s["policy"])
+        self.workers = []
+        for i in range(self.n_workers):
+            kernel = Kernel(self.table, executor, self.acceptance, self.alpha_table,
+                            self.drafter, self.block_size, self.kv_blocks)
+            ledger = Ledger(self.tp, self.peak_flops, self.hbm_bw, self.power_idle,
+                            self.power_max)
+            self.workers.append(Worker(
+                i, self.env, self.table,
+                sched_cls(s["max_batch"], s["token_budget"], s["chunked_prefill"],
+                          s["max_queue"]),
+                kernel, BlockAllocator(self.kv_blocks, self.block_size), self.controller,
+                self.drafter, ledger, self.metrics, multi_step=multi_step,
+                record_iterations=self.record_iterations, on_finish=self.on_finish,
+                arrival_hint=self.next_arrival_hint))
+        self.router = make_router(sc["router"]["policy"], self.n_workers)
         self.progress = progress
         self.finished = 0
         self.rejected_reasons: dict[str, int] = {}
-        self.fast_path = bool(sc["simulation"]["fast_path"]) and isinstance(
-            self.controller, StaticK)
         self._next_rid = 0
         self._plan_arrivals()
         self.env.process(self._arrivals())
@@ -139,44 +145,9 @@ class Simulation:
                               f"to {self.hw.name}")
         return cal
 
-    def _drafter(self, spec: dict[str, Any]) -> tuple[Drafter, Any]:
-        method, where = self.method, "speculation"
-        if method == "none":
-            return NoDrafter(), None
-        dq = get_precision(spec["drafter_quantization"], f"{where}.drafter_quantization")
-        dc = spec["draft_cost"]
-        if dc["ratio"] is not None and dc["seconds_per_token"] is not None:
-            raise ScenarioError(f"{where}.draft_cost: expected ratio or seconds_per_token, not both")
-        if method == "ngram":
-            if spec["drafter"] is not None:
-                raise ScenarioError(f"{where}.drafter: ngram lookup takes no drafter model")
-            ng = spec["ngram"]
-            return LookupDrafter(ng["cpu_s_per_step"], ng["match_rate"]), None
-        drafter_model = None
-        if spec["drafter"] is not None:
-            drafter_model = get_model(spec["drafter"], f"{where}.drafter")
-            if method in ("draft_model", "pard", "dflash") and \
-                    drafter_model.tokenizer != self.model.tokenizer and \
-                    not isinstance(spec["drafter"], dict):
-                raise ScenarioError(f"{where}.drafter: {drafter_model.name} uses tokenizer "
-                                    f"{drafter_model.tokenizer!r} but {self.model.name} uses "
-                                    f"{self.model.tokenizer!r}; a draft model must share the "
-                                    "target's tokenizer")
-        elif method in ("eagle3", "mtp"):
-            if method == "mtp" and self.model.mtp_layers < 1:
-                raise ScenarioError(f"{where}.method: {self.model.name} has no MTP modules "
-                                    "(mtp_layers is 0 in the catalog); use eagle3 or a drafter")
-            drafter_model = eagle_head(self.model)
-        elif dc["ratio"] is None and dc["seconds_per_token"] is None:
-            raise ScenarioError(f"{where}.drafter: required for method {method!r} (a catalog "
-                                "model or inline mapping), or give draft_cost")
-        if dc["ratio"] is not None:
-            return RatioDrafter(method, self.target, dc["ratio"]), None
-        if dc["seconds_per_token"] is not None:
-            return FixedTimeDrafter(method, dc["seconds_per_token"]), None
-        cm = ForwardCostModel(drafter_model, self.hw, self.tp, dq, self.calibration)
-        cls = ParallelDrafter if method in ("pard", "dflash") else SequentialDrafter
-        return cls(method, cm), (drafter_model, dq, cm)
+    def _drafter(self, spec: dict[str, Any]) -> tuple[Drafter, DrafterModel | None]:
+        return build_drafter(DraftContext(spec, self.model, self.target, self.hw, self.tp,
+                                          self.calibration))
 
     def _kv_blocks(self, fraction: float, drafter: Any) -> int:
         usable = self.hw.hbm_bytes * fraction
@@ -184,10 +155,9 @@ class Simulation:
         kv_per_token = self.target.kv_bytes_per_token / self.tp
         what = f"{self.model.name} ({self.precision.weights.name})"
         if drafter is not None:
-            dmodel, _dq, dcm = drafter
-            weights += dcm.weight_bytes_per_device
-            kv_per_token += dcm.kv_bytes_per_token / self.tp
-            what += f" + drafter {dmodel.name}"
+            weights += drafter.cost.weight_bytes_per_device
+            kv_per_token += drafter.cost.kv_bytes_per_token / self.tp
+            what += f" + drafter {drafter.model.name}"
         if weights >= usable:
             raise CatalogError(
                 f"model: {what} needs {weights / 1e9:.1f} GB of weights per device at "
@@ -221,7 +191,7 @@ class Simulation:
 
     def _arrivals(self):
         t, env = self.table, self.env
-        mq = self.sched.max_queue
+        mq = self.max_queue
         for rid in range(t.n):
             self._next_rid = rid
             delay = t.arrival[rid] - env.now
@@ -231,7 +201,7 @@ class Simulation:
             if why:
                 self._reject(rid, self.STATIC_REASONS[why])
             else:
-                w = self.router.pick(rid)
+                w = self._route(rid)
                 if mq is not None and len(w.waiting) >= mq:
                     self._reject(rid, "queue full")
                 else:
@@ -243,41 +213,46 @@ class Simulation:
     STATIC_REASONS = {1: "exceeds model context", 2: "exceeds KV capacity"}
 
     def _plan_arrivals(self) -> None:
-        """Rejections decided by a request alone, and round-robin targets, known up front.
-
-        Knowing which worker each future request joins lets a worker's fast path run through
-        arrivals bound for other workers.
-        """
+        """Rejections decided by a request alone (too long for the context or the KV cache)."""
         t = self.table
         total = t.prompt + t.output
         why = np.zeros(t.n, np.int8)
         why[-(-total // self.block_size) > self.kv_blocks - 1] = 2
         why[total > self.model.max_context] = 1
         self._static_reject = why
-        self._worker_rids: list[np.ndarray] | None = None
-        if isinstance(self.router, RoundRobin):
-            eligible = np.flatnonzero(why == 0)
-            target = np.arange(len(eligible)) % self.n_workers
-            self._worker_rids = [eligible[target == w] for w in range(self.n_workers)]
-            self.router.assignment = dict(zip(eligible.tolist(), target.tolist(), strict=True))
-        self.arrivals_planned = self._worker_rids is not None
+        self._eligible = np.flatnonzero(why == 0)  # requests that will be routed
 
-    def next_arrival_time(self, worker: int | None = None) -> float:
-        """When the next request not yet routed arrives (for ``worker``, where known)."""
-        i = self._next_rid
-        if worker is not None and self._worker_rids is not None:
-            rids = self._worker_rids[worker]
-            j = int(np.searchsorted(rids, i))
-            return float(self.table.arrival[rids[j]]) if j < len(rids) else float("inf")
-        return float(self.table.arrival[i]) if i < self.table.n else float("inf")
+    def next_arrival_hint(self, wid: int) -> float:
+        """When worker ``wid`` may next receive a request (a planning hint, not a promise)."""
+        t = self.table
+        j = int(np.searchsorted(self._eligible, self._next_rid))
+        ahead = self.router.turns_until(wid)
+        j += ahead if ahead is not None else 0
+        return float(t.arrival[self._eligible[j]]) if j < len(self._eligible) else float("inf")
 
-    def on_finish(self, n: int) -> None:
-        self.finished += n
+    def _route(self, rid: int) -> Worker:
+        """Ask the router; a router that reads load sees every worker synced to now."""
+        t, now = self.table, self.env.now
+        snaps = None
+        if self.router.reads_load:
+            for w in self.workers:
+                w.sync(now)
+            snaps = [w.snapshot() for w in self.workers]
+        req = RequestFeatures(rid, int(t.prompt[rid]), int(t.output[rid]),
+                              str(t.workload_class[rid]), int(t.session_id[rid]),
+                              str(t.slo_tier[rid]))
+        decision = self.router.route(req, snaps)
+        return self.workers[decision.worker]
+
+    def on_finish(self, rows: np.ndarray) -> None:
+        self.finished += len(rows)
 
     # ------------------------------------------------------------------ running
     def run(self) -> None:
         if self.horizon is not None:
             self.env.run(until=self.horizon)
+            for w in self.workers:  # iterations that ended before the horizon count
+                w.sync(self.horizon, strict=True)
         else:
             self.env.run()
 
@@ -302,12 +277,12 @@ class Simulation:
         window = now if now > 0 else float("nan")
         steps = int(t.steps.sum())
         decode_tokens = int((t.accepted + t.bonus).sum() - (t.first_token == t.first_token).sum())
-        busy = sum(w.busy_s for w in self.workers)
-        draft_s = sum(w.draft_s for w in self.workers)
-        verify_s = sum(w.verify_s for w in self.workers)
+        busy = sum(w.ledger.busy_s for w in self.workers)
+        draft_s = sum(w.ledger.draft_s for w in self.workers)
+        verify_s = sum(w.ledger.verify_s for w in self.workers)
         devices = self.n_workers * self.tp
         idle_s = max(self.n_workers * now - busy, 0.0)
-        energy = sum(w.energy_j for w in self.workers) + idle_s * self.tp * self.power_idle
+        energy = sum(w.ledger.energy_j for w in self.workers) + idle_s * self.tp * self.power_idle
         cost = devices * self.price * now / 3600.0
         kv_peak = max((w.kv.peak for w in self.workers), default=0) / max(self.kv_blocks, 1)
         drafted = int(t.drafted.sum())
@@ -340,7 +315,7 @@ class Simulation:
             "kv_blocks_per_worker": self.kv_blocks,
             "kv_blocks_used_at_end": int(sum(w.kv.used for w in self.workers)),
             "preemptions": int(sum(w.preemptions for w in self.workers)),
-            "iterations": int(sum(w.iterations for w in self.workers)),
+            "iterations": int(sum(w.ledger.iterations for w in self.workers)),
             "cost_usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
             "energy_j_per_output_token": energy / out_tokens if out_tokens else None,
             "fleet": {

@@ -36,3 +36,13 @@ class BlockAllocator:
         if n < 0 or n > self.used:
             raise RuntimeError(f"KV allocator: cannot free {n} blocks ({self.used} used)")
         self.used -= n
+
+    def set_held(self, held_before: int, held_after: int, peak_during: int) -> None:
+        """A committed stretch of steps: its rows held ``held_before`` blocks, now hold
+        ``held_after``; at most ``peak_during`` were in use while it ran."""
+        used = self.used + held_after - held_before
+        if used < 0 or used > self.total or peak_during > self.total:
+            raise RuntimeError(f"KV allocator: {used} blocks used of {self.total} after a "
+                               f"commit (peak {peak_during})")
+        self.used = used
+        self.peak = max(self.peak, peak_during, used)

@@ -97,14 +97,8 @@ class Metrics:
             grown[: self._n] = self._buf[: self._n]
             self._buf = grown
 
-    def add_iteration(self, *row: float) -> None:
-        self._reserve(1)
-        self._buf[self._n] = row
-        self._n += 1
-
-    def add_iterations(self, *cols) -> None:
-        """Many rows at once (scalars broadcast): the fast path's m steps."""
-        m = max(np.size(c) for c in cols)
+    def add_iterations(self, m: int, *cols) -> None:
+        """``m`` rows at once (scalars broadcast): a committed stretch of a segment."""
         self._reserve(m)
         block = self._buf[self._n:self._n + m]
         for i, c in enumerate(cols):

@@ -25,8 +25,21 @@ class RequestTable:
         self.prompt = trace["prompt_tokens"].to_numpy(np.int64)
         self.output = trace["output_tokens"].to_numpy(np.int64)
         self.workload_class = trace["workload_class"].astype(str).to_numpy(object)
-        temp = trace["temperature"] if "temperature" in trace else pd.Series(np.zeros(n))
-        self.temperature = temp.to_numpy(np.float64)
+        self.temperature = (trace["temperature"].to_numpy(np.float64) if "temperature" in trace
+                            else np.zeros(n))
+        self.session_id = _column(trace, "session_id", -1, np.int64)
+        self.turn = _column(trace, "turn", 0, np.int64)
+        self.slo_tier = (trace["slo_tier"].astype(str).to_numpy(object) if "slo_tier" in trace
+                         else np.full(n, "standard", object))
+        # prefix block ids, ragged, as CSR: request i's ids are prefix_ids[ptr[i]:ptr[i+1]]
+        blocks = trace["prefix_block_ids"] if "prefix_block_ids" in trace else None
+        lengths = (np.fromiter((len(b) for b in blocks), np.int64, n) if blocks is not None
+                   else np.zeros(n, np.int64))
+        self.prefix_ptr = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=self.prefix_ptr[1:])
+        self.prefix_ids = (np.fromiter((i for b in blocks for i in b), np.int64,
+                                       int(self.prefix_ptr[-1]))
+                           if blocks is not None else np.zeros(0, np.int64))
         # filled by the engine before the run
         self.cls_idx = np.zeros(n, np.int64)
         self.alpha_scale = np.ones(n)
@@ -49,6 +62,10 @@ class RequestTable:
         self.blocks = np.zeros(n, np.int64)
         self.preemptions = np.zeros(n, np.int64)
 
+    def prefix_blocks(self, rid: int) -> np.ndarray:
+        """The prefix block ids of one request (empty when the trace has none)."""
+        return self.prefix_ids[self.prefix_ptr[rid]:self.prefix_ptr[rid + 1]]
+
     def frame(self) -> pd.DataFrame:
         """One row per request, for requests.csv."""
         out_tokens = self.generated
@@ -59,6 +76,9 @@ class RequestTable:
         return pd.DataFrame({
             "request_id": self.request_id,
             "workload_class": self.workload_class,
+            "slo_tier": self.slo_tier,
+            "session_id": self.session_id,
+            "turn": self.turn,
             "status": pd.Series(self.status).map(STATUS_NAMES).to_numpy(),
             "worker": self.worker,
             "arrival_s": self.arrival,
@@ -76,3 +96,10 @@ class RequestTable:
             "tpot_s": tpot,
             "e2e_s": self.finish - self.arrival,
         })
+
+
+def _column(trace: pd.DataFrame, name: str, default, dtype) -> np.ndarray:
+    """A numeric trace column, or the schema default where the trace has none."""
+    if name in trace:
+        return trace[name].fillna(default).to_numpy(dtype)
+    return np.full(len(trace), default, dtype)

@@ -8,37 +8,45 @@ scenario (``speculation.method`` and ``speculation.policy``).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from cost_models.roofline import ForwardCostModel
+from cost_models.catalog import get_model, get_precision
+from cost_models.roofline import ForwardCostModel, attention_area
 
 from .errors import ScenarioError
-
-
-@dataclass
-class DraftCost:
-    time_s: float
-    flops: float = 0.0
-    bytes: float = 0.0
+from .registry import DRAFTERS, SPECULATION_POLICIES
 
 
 class Drafter:
-    """Interface: price drafting ``k`` tokens for rows with KV context ``ctx``."""
+    """Interface: price drafting for S steps at once (the kernel's one pricing call).
+
+    ``cost_steps(k, ctx, pf_tokens, pf_qc)``: k and ctx are (S, B) draft lengths and KV
+    contexts of the batch's rows; pf_tokens / pf_qc the prefill tokens and attention area
+    of each step (drafters with their own KV prefill them too). Returns per-step (seconds,
+    FLOPs, bytes). Declares ``proposes_always`` (n-gram lookup proposes only on a match)
+    and ``prefills`` (it keeps its own KV cache, so new prompt chunks pass through it).
+    """
 
     name = "none"
-    proposes_always = True  # n-gram lookup proposes only on a match
+    proposes_always = True
+    prefills = False
+    match_rate = 1.0
 
-    def cost(self, k: np.ndarray, ctx: np.ndarray, prefill_tokens: int,
-             prefill_qc: float) -> DraftCost:
-        return DraftCost(0.0)
+    @staticmethod
+    def verify_width(k):
+        """Tokens the target verifies for a draft of length k: k + 1 for a chain (a tree
+        drafter returns its tree size)."""
+        return k + 1
 
-    def cost_steps(self, k: np.ndarray, ctx: np.ndarray, pf_tokens: np.ndarray | None = None,
-                   pf_qc: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
-        """Vectorised over S steps: k and ctx are (S, B); prefill tokens and qc are (S,).
+    @staticmethod
+    def k_for_width(width: int) -> int:
+        """The longest draft whose verification fits in ``width`` tokens."""
+        return max(width - 1, 0)
 
-        Returns per-step (seconds, FLOPs, bytes); used by the worker's multi-step fast path.
-        """
+    def cost_steps(self, k: np.ndarray, ctx: np.ndarray, pf_tokens: np.ndarray,
+                   pf_qc: np.ndarray) -> tuple[np.ndarray, ...]:
         z = np.zeros(k.shape[0])
         return z, z, z
 
@@ -50,52 +58,28 @@ class NoDrafter(Drafter):
     pass
 
 
-def _passes(k: np.ndarray, ctx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Aggregates of k sequential one-token passes: pass j holds the rows with k_i > j."""
-    kmax = int(k.max()) if k.size else 0
-    cnt = np.bincount(k, minlength=kmax + 1)
-    csum = np.bincount(k, weights=ctx, minlength=kmax + 1)
-    # rows with k_i > j: suffix sums over k = j+1 .. kmax
-    n = (cnt[::-1].cumsum()[::-1])[1:].astype(np.float64)
-    c = (csum[::-1].cumsum()[::-1])[1:] + np.arange(kmax) * n
-    return n, c + n, c  # tokens, qc (each token attends ctx + j + 1), ctx read
-
-
 class SequentialDrafter(Drafter):
     """A draft model, EAGLE head or MTP module: k sequential passes of a smaller model."""
+
+    prefills = True
 
     def __init__(self, name: str, model: ForwardCostModel) -> None:
         self.name, self.model = name, model
 
-    def cost(self, k, ctx, prefill_tokens, prefill_qc):
-        price = self.model.scalar
-        if not k.size:
-            return DraftCost(*price(prefill_tokens, prefill_qc, 0.0, 0.0))
-        n, qc, c = _passes(k, ctx)
-        # the drafter also prefills the new prompt chunks (its own KV), in its first pass
-        total = DraftCost(*price(n[0] + prefill_tokens, qc[0] + prefill_qc, c[0], n[0]))
-        for j in range(1, len(n)):
-            t, f, b = price(n[j], qc[j], c[j], n[j])
-            total.time_s += t
-            total.flops += f
-            total.bytes += b
-        return total
-
-    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
+    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
         S = k.shape[0]
-        has_pf = pf_tokens is not None and bool(pf_tokens.any())
+        has_pf = bool(pf_tokens.any())
         kmax = max(int(k.max()) if k.size else 0, 1 if has_pf else 0)
         if kmax == 0:
             z = np.zeros(S)
             return z, z, z
         j = np.arange(kmax)
-        mask = k[:, :, None] > j[None, None, :]  # (S, B, passes)
-        n = mask.sum(axis=1).astype(np.float64)  # rows in pass j of step s
-        c = np.einsum("sb,sbj->sj", ctx, mask) + j[None, :] * n
-        tok, qc = n.copy(), c + n
-        if has_pf:  # the drafter prefills new prompt chunks in its first pass
-            tok[:, 0] += pf_tokens
-            qc[:, 0] += pf_qc
+        mask = k[:, :, None] > j[None, None, :]  # (S, B, passes): rows in pass j of step s
+        n = mask.sum(axis=1).astype(np.float64)
+        c = np.einsum("sb,sbj->sj", ctx, mask) + j[None, :] * n  # each pass reads ctx + j
+        tok, qc = n.copy(), c + n  # one token per row, attending ctx + j + 1
+        tok[:, 0] += pf_tokens  # the drafter prefills new prompt chunks in its first pass
+        qc[:, 0] += pf_qc
         t, f, b = self.model.time_and_work(tok, qc, c, n)
         return t.sum(axis=1), f.sum(axis=1), b.sum(axis=1)
 
@@ -108,23 +92,12 @@ class SequentialDrafter(Drafter):
 class ParallelDrafter(SequentialDrafter):
     """PARD / DFlash: one drafter pass over all k positions of each row."""
 
-    def cost(self, k, ctx, prefill_tokens, prefill_qc):
-        kk = k.astype(np.float64)
-        tokens = float(kk.sum()) + prefill_tokens
-        if tokens <= 0:
-            return DraftCost(0.0)
-        qc = float((kk * ctx + kk * (kk + 1) / 2).sum()) + prefill_qc
-        c = float(ctx[k > 0].sum())
-        return DraftCost(*self.model.scalar(tokens, qc, c, float(kk.sum())))
-
-    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
+    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
         kk = k.astype(np.float64)
         drafted = kk.sum(axis=1)
-        qc = (kk * ctx + kk * (kk + 1) / 2).sum(axis=1)
+        qc = attention_area(kk, ctx).sum(axis=1)
         c = (ctx * (k > 0)).sum(axis=1)
-        if pf_tokens is not None:
-            return self.model.time_and_work(drafted + pf_tokens, qc + pf_qc, c, drafted)
-        return self.model.time_and_work(drafted, qc, c, drafted)
+        return self.model.time_and_work(drafted + pf_tokens, qc + pf_qc, c, drafted)
 
     def describe(self) -> str:
         m = self.model.model
@@ -140,10 +113,7 @@ class LookupDrafter(Drafter):
     def __init__(self, cpu_s_per_step: float, match_rate: float) -> None:
         self.cpu_s, self.match_rate = cpu_s_per_step, match_rate
 
-    def cost(self, k, ctx, prefill_tokens, prefill_qc):
-        return DraftCost(self.cpu_s if k.size else 0.0)
-
-    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
+    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
         z = np.zeros(k.shape[0])
         return np.where((k > 0).any(axis=1), self.cpu_s, 0.0), z, z
 
@@ -158,16 +128,7 @@ class RatioDrafter(Drafter):
     def __init__(self, name: str, target: ForwardCostModel, ratio: float) -> None:
         self.name, self.target, self.ratio = name, target, ratio
 
-    def cost(self, k, ctx, prefill_tokens, prefill_qc):
-        if not k.size or k.max() <= 0:
-            return DraftCost(0.0)
-        rows = k > 0
-        n = float(rows.sum())
-        c = float(ctx[rows].sum())
-        step = self.target.scalar(n, c + n, c, n)[0]
-        return DraftCost(self.ratio * float(k.max()) * step)
-
-    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
+    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
         rows = k > 0
         n = rows.sum(axis=1).astype(np.float64)
         c = (ctx * rows).sum(axis=1)
@@ -185,15 +146,129 @@ class FixedTimeDrafter(Drafter):
     def __init__(self, name: str, seconds_per_token: float) -> None:
         self.name, self.s = name, seconds_per_token
 
-    def cost(self, k, ctx, prefill_tokens, prefill_qc):
-        return DraftCost(self.s * float(k.max()) if k.size else 0.0)
-
-    def cost_steps(self, k, ctx, pf_tokens=None, pf_qc=None):
+    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
         z = np.zeros(k.shape[0])
         return self.s * k.max(axis=1).astype(np.float64), z, z
 
     def describe(self) -> str:
         return f"{self.name}: {self.s * 1e3:g} ms per drafted token"
+
+
+# ------------------------------------------------------------------ building drafters
+
+
+@dataclass
+class DraftContext:
+    """What a drafter factory may read: the speculation section and the target's pricing."""
+
+    spec: dict[str, Any]  # the validated ``speculation`` section
+    model: Any  # the target's ModelSpec
+    target: ForwardCostModel
+    hardware: Any
+    tp: int
+    calibration: Any
+
+
+@dataclass
+class DrafterModel:
+    """A drafter that is a model on the target's devices: its weights and KV take HBM."""
+
+    model: Any
+    precision: Any
+    cost: ForwardCostModel
+
+
+def build_drafter(ctx: DraftContext) -> tuple[Drafter, DrafterModel | None]:
+    """The scenario's drafter (``speculation.method``), with every cross-field rule checked."""
+    spec, where = ctx.spec, "speculation"
+    method = spec["method"]
+    factory = DRAFTERS.get(method)
+    if method == "none":
+        return factory(ctx), None
+    get_precision(spec["drafter_quantization"], f"{where}.drafter_quantization")
+    dc = spec["draft_cost"]
+    if dc["ratio"] is not None and dc["seconds_per_token"] is not None:
+        raise ScenarioError(f"{where}.draft_cost: expected ratio or seconds_per_token, not both")
+    return factory(ctx)
+
+
+@DRAFTERS.register("none")
+def _no_drafter(ctx: DraftContext) -> Drafter:
+    return NoDrafter()
+
+
+@DRAFTERS.register("ngram")
+def _ngram(ctx: DraftContext):
+    if ctx.spec["drafter"] is not None:
+        raise ScenarioError("speculation.drafter: ngram lookup takes no drafter model")
+    ng = ctx.spec["ngram"]
+    return LookupDrafter(ng["cpu_s_per_step"], ng["match_rate"]), None
+
+
+def _model_drafter(ctx: DraftContext, drafter_model, parallel: bool):
+    """A drafter model priced by the roofline, unless a ``draft_cost`` what-if replaces it."""
+    spec, method = ctx.spec, ctx.spec["method"]
+    dc = spec["draft_cost"]
+    if dc["ratio"] is not None:
+        return RatioDrafter(method, ctx.target, dc["ratio"]), None
+    if dc["seconds_per_token"] is not None:
+        return FixedTimeDrafter(method, dc["seconds_per_token"]), None
+    dq = get_precision(spec["drafter_quantization"], "speculation.drafter_quantization")
+    cm = ForwardCostModel(drafter_model, ctx.hardware, ctx.tp, dq, ctx.calibration)
+    cls = ParallelDrafter if parallel else SequentialDrafter
+    return cls(method, cm), DrafterModel(drafter_model, dq, cm)
+
+
+def _separate_model(ctx: DraftContext, parallel: bool):
+    spec, method = ctx.spec, ctx.spec["method"]
+    dc = spec["draft_cost"]
+    if spec["drafter"] is None:
+        if dc["ratio"] is None and dc["seconds_per_token"] is None:
+            raise ScenarioError(f"speculation.drafter: required for method {method!r} (a "
+                                "catalog model or inline mapping), or give draft_cost")
+        return _model_drafter(ctx, None, parallel)
+    drafter_model = get_model(spec["drafter"], "speculation.drafter")
+    if drafter_model.tokenizer != ctx.model.tokenizer and not isinstance(spec["drafter"], dict):
+        raise ScenarioError(f"speculation.drafter: {drafter_model.name} uses tokenizer "
+                            f"{drafter_model.tokenizer!r} but {ctx.model.name} uses "
+                            f"{ctx.model.tokenizer!r}; a draft model must share the target's "
+                            "tokenizer")
+    return _model_drafter(ctx, drafter_model, parallel)
+
+
+@DRAFTERS.register("draft_model")
+def _draft_model(ctx: DraftContext):
+    return _separate_model(ctx, parallel=False)
+
+
+@DRAFTERS.register("pard")
+def _pard(ctx: DraftContext):
+    return _separate_model(ctx, parallel=True)
+
+
+@DRAFTERS.register("dflash")
+def _dflash(ctx: DraftContext):
+    return _separate_model(ctx, parallel=True)
+
+
+def _head(ctx: DraftContext):
+    spec = ctx.spec
+    if spec["drafter"] is not None:
+        return _model_drafter(ctx, get_model(spec["drafter"], "speculation.drafter"), False)
+    return _model_drafter(ctx, eagle_head(ctx.model), False)
+
+
+@DRAFTERS.register("eagle3")
+def _eagle3(ctx: DraftContext):
+    return _head(ctx)
+
+
+@DRAFTERS.register("mtp")
+def _mtp(ctx: DraftContext):
+    if ctx.spec["drafter"] is None and ctx.model.mtp_layers < 1:
+        raise ScenarioError(f"speculation.method: {ctx.model.name} has no MTP modules "
+                            "(mtp_layers is 0 in the catalog); use eagle3 or a drafter")
+    return _head(ctx)
 
 
 EAGLE3_DRAFT_VOCAB = 32000  # EAGLE-3's reduced draft vocabulary (Li et al. 2025; draft_vocab_size)
@@ -214,38 +289,47 @@ def eagle_head(target_model, layers: int = 1):
                           f"over a {EAGLE3_DRAFT_VOCAB}-token draft vocabulary (EAGLE-3)")
 
 
-# ------------------------------------------------------------------ controllers
+# ------------------------------------------------------------------ policies
 
 
-class SpeculationController:
-    """Interface: the draft length of each decode row this iteration."""
+class SpeculationPolicy:
+    """Interface: the draft length of each decode row this iteration.
 
-    name = "static"
+    ``choose(rows, table)`` returns one k per row. A policy whose k never changes declares it
+    as ``fixed_k``: the kernel may then plan many iterations at once.
+    """
 
-    def choose(self, n_rows: int) -> np.ndarray:
-        raise NotImplementedError
-
-
-class StaticK(SpeculationController):
-    name = "static"
+    name = "policy"
+    fixed_k: int | None = None
 
     def __init__(self, k: int) -> None:
         self.k = k
 
-    def choose(self, n_rows: int) -> np.ndarray:
-        return np.full(n_rows, self.k, dtype=np.int64)
+    def choose(self, rows: np.ndarray, table) -> np.ndarray:
+        raise NotImplementedError
 
 
+@SPECULATION_POLICIES.register("static")
+class StaticK(SpeculationPolicy):
+    """The scenario's k for every row, every iteration."""
+
+    def __init__(self, k: int) -> None:
+        super().__init__(k)
+        self.fixed_k = k
+
+    def choose(self, rows: np.ndarray, table) -> np.ndarray:
+        return np.full(len(rows), self.k, dtype=np.int64)
+
+
+@SPECULATION_POLICIES.register("off")
 class Off(StaticK):
-    name = "off"
+    """No drafting (also what ``method: none`` or ``k: 0`` mean)."""
 
-    def __init__(self) -> None:
+    def __init__(self, k: int = 0) -> None:
         super().__init__(0)
 
 
-def make_controller(policy: str, method: str, k: int) -> SpeculationController:
-    if method == "none" or policy == "off" or k == 0:
+def make_policy(policy: str, method: str, k: int) -> SpeculationPolicy:
+    if method == "none" or k == 0:
         return Off()
-    if policy == "static":
-        return StaticK(k)
-    raise ScenarioError(f"speculation.policy: unknown policy {policy!r}")
+    return SPECULATION_POLICIES.get(policy)(k)

@@ -25,7 +25,7 @@ from cost_models.calibrate.fit import (
 from cost_models.calibration import load_profile
 from cost_models.catalog import get_hardware, get_model, get_precision, hardware_from_dict
 from cost_models.errors import CatalogError
-from cost_models.roofline import ForwardCostModel
+from cost_models.roofline import ForwardCostModel, attention_area
 
 TRUE = (0.62, 0.74, 25e-6, 400e-6)  # eta_c, eta_m, per layer, per pass
 
@@ -37,7 +37,7 @@ def _grid_shapes() -> pd.DataFrame:
             for q in (1, 2, 5, 9, 17):
                 for c in (128, 2048, 8192):
                     rows.append({"n_layers": layers, "batch": b, "q": q, "ctx": c,
-                                 "tokens": b * q, "qc": b * (q * c + q * (q + 1) / 2),
+                                 "tokens": b * q, "qc": b * attention_area(q, c),
                                  "ctx_sum": b * c, "logits": b * q})
     return pd.DataFrame(rows)
 
@@ -81,7 +81,7 @@ def _write_csv(path: Path, truth=TRUE, noise=0.01, seed=0) -> Path:
         cm = ForwardCostModel(model, hw, tp, prec, cal)
         for b in (1, 8, 32, 128):
             for plen in (128, 1024, 4096):
-                pre = cm.time(b * plen, b * plen * (plen + 1) / 2, 0.0, b)
+                pre = cm.time(b * plen, b * attention_area(plen, 0), 0.0, b)
                 dec = cm.time(b, b * (plen + 1), b * plen, b)
                 rows.append({"model": "Llama-3.1-8B", "hardware": "H100-SXM",
                              "tensor_parallel": tp, "batch_size": b, "prompt_len": plen,

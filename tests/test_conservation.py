@@ -98,3 +98,22 @@ def test_fast_path_gives_the_step_by_step_result(router):
         assert (a[col] == b[col]).all(), col
     np.testing.assert_allclose(a["finish_s"], b["finish_s"], rtol=1e-9)
     assert fast.metrics["iterations"] == slow.metrics["iterations"]
+
+
+def test_request_table_keeps_every_trace_column():
+    from simulator.requests import RequestTable
+
+    tr = make_trace(4, gap=1.0)
+    tr["session_id"] = [7, 7, -1, 9]
+    tr["turn"] = [0, 1, 0, 0]
+    tr["slo_tier"] = ["premium", "premium", "batch", "standard"]
+    tr["prefix_block_ids"] = [(1, 2), (1, 2, 3), (), (4,)]
+    tr["temperature"] = [0.0, 0.7, 1.0, 0.2]
+    t = RequestTable(tr)
+    assert t.prefix_ptr.tolist() == [0, 2, 5, 5, 6]
+    assert t.prefix_blocks(1).tolist() == [1, 2, 3] and t.prefix_blocks(2).size == 0
+    assert t.session_id.tolist() == [7, 7, -1, 9] and t.turn.tolist() == [0, 1, 0, 0]
+    assert t.slo_tier.tolist() == ["premium", "premium", "batch", "standard"]
+    assert t.temperature.tolist() == [0.0, 0.7, 1.0, 0.2]
+    frame = t.frame()
+    assert frame["slo_tier"].tolist()[0] == "premium" and frame["session_id"].tolist()[3] == 9

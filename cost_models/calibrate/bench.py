@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from ..roofline import attention_area
 from .model import ModelConfig, Transformer
 
 DTYPES = {"float32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -81,7 +82,7 @@ QUICK_GRID = Grid(batch=(1, 4), q=(1, 3, 9, 17), ctx=(32, 512), layers=(30, 8), 
 
 def verification_shape(batch: int, q: int, ctx: int) -> dict[str, float]:
     """Roofline aggregates of a pass (the simulator's convention: token j attends c + j + 1)."""
-    return {"tokens": float(batch * q), "qc": float(batch * (q * ctx + q * (q + 1) / 2)),
+    return {"tokens": float(batch * q), "qc": float(batch * attention_area(q, ctx)),
             "ctx_sum": float(batch * ctx), "logits": float(batch * q)}
 
 

@@ -36,7 +36,7 @@ from ..catalog import (
     get_precision,
 )
 from ..errors import CatalogError
-from ..roofline import ForwardCostModel
+from ..roofline import ForwardCostModel, attention_area
 
 PARAMS = ("eta_compute", "eta_memory", "per_layer_overhead_s", "fixed_overhead_s")
 # Optimiser units: overheads in milliseconds keep all four unknowns of order one.
@@ -317,7 +317,7 @@ def fit_from_measurements(path: str | Path, holdout: float = 0.0, seed: int = 0,
         b, plen = r["batch_size"], r["prompt_len"]
         if r["prefill_ms"] is not None:
             passes.append({"row": i, "phase": "prefill", "tokens": b * plen,
-                           "qc": b * plen * (plen + 1) / 2, "ctx_sum": 0.0, "logits": float(b),
+                           "qc": b * attention_area(plen, 0), "ctx_sum": 0.0, "logits": float(b),
                            "measured_s": r["prefill_ms"] / 1e3})
         if r["decode_ms_per_token"] is not None:
             c = plen + r["output_len"] / 2

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..roofline import ForwardCostModel
+from ..roofline import ForwardCostModel, attention_area
 
 
 def pass_time(cm: ForwardCostModel, q: np.ndarray | float, ctx: np.ndarray | float,
@@ -24,7 +24,7 @@ def pass_time(cm: ForwardCostModel, q: np.ndarray | float, ctx: np.ndarray | flo
     """One sequence, q new tokens after ctx cached ones (token j attends ctx + j + 1)."""
     q = np.asarray(q, dtype=float)
     ctx = np.asarray(ctx, dtype=float)
-    return np.asarray(cm.time(q, q * ctx + q * (q + 1) / 2, ctx, q if logits is None else logits))
+    return np.asarray(cm.time(q, attention_area(q, ctx), ctx, q if logits is None else logits))
 
 
 def predict_run(steps: pd.DataFrame, tokens_after_first: int, target: ForwardCostModel,

@@ -1,0 +1,108 @@
+"""Batch schedulers: who joins the running batch, and how one iteration's tokens are split.
+
+A scheduler admits queued requests (KV permitting) and shapes step 0 of the next segment:
+decode rows get their draft length + 1 tokens, prefill rows chunks of what the token budget
+has left, and KV grows to fit (recompute-style preemption of the newest rows otherwise).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import requests as rq
+from . import rng
+from .kernel import StepShape
+from .registry import BATCH_SCHEDULERS
+
+
+class BatchScheduler:
+    """Interface. ``admit`` moves requests from the queue into the batch; ``shape`` plans step 0."""
+
+    name = "batch scheduler"
+
+    def __init__(self, max_batch: int, token_budget: int, chunked_prefill: bool,
+                 max_queue: int | None) -> None:
+        self.max_batch, self.token_budget = max_batch, token_budget
+        self.chunked_prefill, self.max_queue = chunked_prefill, max_queue
+
+    def admit(self, worker) -> None:
+        raise NotImplementedError
+
+    def shape(self, worker, policy, drafter) -> StepShape:
+        raise NotImplementedError
+
+
+@BATCH_SCHEDULERS.register("fcfs")
+class FcfsScheduler(BatchScheduler):
+    """First come, first served: admit in arrival order while KV and the batch have room."""
+
+    name = "fcfs"
+
+    def admit(self, worker) -> None:
+        t, kv = worker.table, worker.kv
+        room = self.max_batch - len(worker.run)
+        if room <= 0 or not worker.waiting:
+            return
+        new = []
+        while worker.waiting and room > 0:
+            rid = worker.waiting[0]
+            need = int(kv.blocks_for(int(t.prefill_target[rid]))) + 1
+            if need > kv.free:
+                break
+            worker.waiting.popleft()
+            kv.allocate(need)
+            t.blocks[rid] = need
+            t.status[rid] = rq.RUNNING
+            new.append(rid)
+            room -= 1
+        if new:
+            worker.run = np.concatenate([worker.run, np.array(new, np.int64)])
+
+    def shape(self, worker, policy, drafter) -> StepShape:
+        t, kv = worker.table, worker.kv
+        while True:
+            run = worker.run
+            kvlen = t.kv_len[run]
+            target = t.prefill_target[run]
+            decoding = kvlen >= target
+            dec = run[decoding]
+            budget = self.token_budget
+            # draft lengths: the policy's, capped so no step can overshoot the requested output
+            k = policy.choose(dec, t)
+            k = np.minimum(k, np.maximum(t.output[dec] - t.generated[dec] - 1, 0))
+            if not drafter.proposes_always and len(dec):
+                u = rng.uniform(t.match_key[dec], t.steps[dec].astype(np.uint64))
+                k = np.where(u <= drafter.match_rate, k, 0)
+            width = drafter.verify_width(k)
+            dec_tokens = int(width.sum())
+            shrunk = False
+            if dec_tokens > budget and len(dec):  # shrink drafts to fit the budget
+                k = np.minimum(k, drafter.k_for_width(budget // len(dec)))
+                width = drafter.verify_width(k)
+                dec_tokens = int(width.sum())
+                shrunk = True
+            # prefill chunks from what the budget has left, in admission order
+            room = max(budget - dec_tokens, 0)
+            rem = (target - kvlen)[~decoding]
+            if self.chunked_prefill:
+                chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)
+            else:
+                fits = np.cumsum(rem) <= room
+                fits[:1] |= len(dec) == 0  # a lone long prompt still runs
+                chunk = np.where(fits, rem, 0)
+            # KV growth for this step's writes; preempt the newest rows if blocks run out
+            need = kv.blocks_for(t.kv_len[dec] + width) - t.blocks[dec]
+            grow = int(np.maximum(need, 0).sum())
+            if grow > kv.free:
+                worker.preempt(grow - kv.free)
+                continue
+            kk = np.zeros(len(run), np.int64)
+            kk[decoding] = k
+            ch = np.zeros(len(run), np.int64)
+            ch[~decoding] = chunk
+            completes = np.zeros(len(run), bool)
+            completes[~decoding] = chunk >= rem
+            uniform = (not shrunk and bool(completes[~decoding].all())
+                       and policy.fixed_k is not None
+                       and len(run) * int(drafter.verify_width(policy.fixed_k)) <= budget)
+            return StepShape(run, kk, ch, ~decoding, completes, uniform)

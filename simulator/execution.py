@@ -1,0 +1,29 @@
+"""The executor: what one planned iteration costs on a worker (drafting + verification).
+
+The target's pass is priced by the roofline (cost_models) from batch aggregates; the
+drafter prices its own passes. Both are vectorised over a segment's steps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Executor:
+    """Prices iterations: seconds, the draft/verify split, FLOPs and bytes per step."""
+
+    def __init__(self, target, drafter, overlap_draft: bool) -> None:
+        self.target, self.drafter, self.overlap = target, drafter, overlap_draft
+
+    def price(self, k: np.ndarray, ctx: np.ndarray, tokens: np.ndarray, qc: np.ndarray,
+              csum: np.ndarray, logits: np.ndarray, pf_tokens: np.ndarray,
+              pf_qc: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per step: (seconds, draft s, verify s, FLOPs, bytes) of a (steps x rows) plan."""
+        vt, vf, vb = self.target.time_and_work(tokens, qc, csum, logits)
+        if self.drafter.prefills:
+            dtt, dtf, dtb = self.drafter.cost_steps(k, ctx, pf_tokens, pf_qc)
+        else:
+            z = np.zeros_like(pf_tokens)
+            dtt, dtf, dtb = self.drafter.cost_steps(k, ctx, z, z)
+        dt = np.maximum(dtt, vt) if self.overlap else dtt + vt
+        return dt, dtt, vt, vf + dtf, vb + dtb

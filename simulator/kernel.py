@@ -1,0 +1,228 @@
+"""The iteration kernel: plan S iterations of one worker's batch as (steps x rows) arrays.
+
+Every iteration of every worker goes through ``plan_segment`` and ``commit``: the
+step-by-step path is a segment of one step, the multi-step fast path a segment of many.
+Step 0 takes its shape from the batch scheduler (draft length per row, prefill chunks,
+KV already made to fit); later steps are pure decode with the speculation policy's fixed
+draft length, capped so no row overshoots its requested output. Acceptance draws are keyed
+by (request, target step), so any prefix of a segment equals the same steps run one by one:
+a worker can commit a segment partly (when a router or a client needs its state at time t)
+and plan the rest again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models.roofline import attention_area
+
+from . import rng
+
+
+@dataclass
+class StepShape:
+    """Step 0 of a segment as the batch scheduler shaped it (one entry per batch row)."""
+
+    rows: np.ndarray  # request-table rows in the batch
+    k: np.ndarray  # draft length of each decode row (0 for prefill rows)
+    chunk: np.ndarray  # prefill tokens this step (0 for decode rows)
+    prefill: np.ndarray  # bool: the row is prefilling in step 0
+    completes: np.ndarray  # bool: its prefill finishes in step 0 (it then emits one token)
+    uniform: bool  # step 0 equals what the fixed-k rule gives (no budget shrink, no partial chunk)
+
+
+@dataclass
+class Segment:
+    """S planned iterations of one worker; ``m`` of them valid, ``done`` already committed."""
+
+    rows: np.ndarray
+    start: np.ndarray  # (S,) seconds
+    end: np.ndarray
+    dt: np.ndarray
+    draft: np.ndarray
+    verify: np.ndarray
+    flops: np.ndarray
+    nbytes: np.ndarray
+    tokens: np.ndarray
+    k: np.ndarray  # (S, B) drafted tokens
+    acc: np.ndarray  # accepted drafts
+    emit: np.ndarray  # tokens delivered
+    kv_add: np.ndarray  # tokens whose KV lands in the cache
+    count0: np.ndarray  # (B,) bool: step 0 is a target (verification) step of the row
+    alive: np.ndarray  # bool: the row takes part in the step
+    finishing: np.ndarray  # bool: the row's last token comes in this step
+    during: np.ndarray  # (S,) KV blocks held while the step runs
+    after_rows: np.ndarray  # (S, B) blocks each row keeps after the step
+    prefill0: np.ndarray  # (B,) bool: prefilling in step 0
+    first0: np.ndarray  # (B,) bool: first token of the request in step 0
+    m: int
+    done: int = 0
+
+    def steps_ending_by(self, t: float, strict: bool = False) -> int:
+        """How many planned steps have ended by time t (end <= t, or < t if strict)."""
+        side = "left" if strict else "right"
+        return min(int(np.searchsorted(self.end[: self.m], t, side=side)), self.m)
+
+    def steps_started_before(self, t: float) -> int:
+        return min(int(np.searchsorted(self.start[: self.m], t, side="left")), self.m)
+
+
+class Kernel:
+    """Plans and commits segments for one worker; holds what pricing and sampling need."""
+
+    def __init__(self, table, executor, acceptance, alpha_table, drafter, block_size: int,
+                 kv_total: int) -> None:
+        self.t = table
+        self.executor = executor
+        self.acceptance = acceptance
+        self.alpha_table = alpha_table
+        self.drafter = drafter
+        self.bs = block_size
+        self.kv_total = kv_total
+
+    def plan(self, shape: StepShape, now: float, steps: int, fixed_k: int | None) -> Segment:
+        """Plan up to ``steps`` iterations starting at ``now`` (1 unless ``fixed_k`` is set)."""
+        t, rows = self.t, shape.rows
+        B = len(rows)
+        S = steps if fixed_k is not None and steps > 1 else 1
+        pre0, done0 = shape.prefill, shape.completes
+        gen0 = t.generated[rows]
+        left0 = t.output[rows] - gen0
+        if S > 1:
+            S = max(min(S, int(left0.max()) + 1), 1)
+        # target-step counter of each row at each step (the key of its draws): step 0 counts
+        # for decode rows and for a recomputed prefill that completes (it emits a token)
+        count0 = ~pre0 | (done0 & (gen0 > 0))
+        steps0 = t.steps[rows]
+        if S > 1:
+            sidx = np.empty((S, B), np.uint64)
+            sidx[0] = steps0
+            sidx[1:] = (steps0 + count0)[None, :] + np.arange(S - 1)[:, None]
+        else:
+            sidx = steps0[None, :].astype(np.uint64)
+        K = int(fixed_k or 0)
+        kfull = np.empty((S, B), np.int64)
+        kfull[0] = shape.k
+        if S > 1:
+            kfull[1:] = K
+            if not self.drafter.proposes_always and K > 0:
+                um = rng.uniform(t.match_key[rows][None, :], sidx[1:])
+                kfull[1:] = np.where(um <= self.drafter.match_rate, K, 0)
+        kmax = int(kfull.max()) if kfull.size else 0
+        if kmax > 0:
+            cond = np.minimum(self.alpha_table[t.cls_idx[rows], :kmax]
+                              * t.alpha_scale[rows, None], 1.0)
+            surv = np.cumprod(cond, axis=1)  # (B, kmax)
+            u = rng.uniform(t.accept_key[rows][None, :], sidx)  # (S, B)
+            afull = np.minimum((u[:, :, None] <= surv[None, :, :]).sum(axis=2), kfull)
+        else:
+            afull = np.zeros((S, B), np.int64)
+        efull = afull + 1
+        efull[0] = np.where(pre0, done0, efull[0])
+        before = np.minimum(np.cumsum(efull, axis=0) - efull, left0[None, :])
+        left = left0[None, :] - before
+        alive = left > 0  # a finished row leaves the batch: no tokens, no KV after its end
+        k = np.minimum(kfull, np.maximum(left - 1, 0))
+        acc = np.minimum(afull, k)
+        emit = np.where(alive, acc + 1, 0)
+        emit[0] = np.where(pre0, done0, emit[0])
+        q = np.where(alive, self.drafter.verify_width(k), 0)
+        q[0] = np.where(pre0, shape.chunk, q[0])
+        kv_add = emit.copy()
+        kv_add[0] = np.where(pre0, shape.chunk, emit[0])
+        finishing = alive & (left == emit)
+        n_alive = alive.sum(axis=1)
+        ok = n_alive > 0  # once every row is done the worker idles
+        # KV: blocks held before each step, needed during it, kept after it (0 once done)
+        bs = self.bs
+        kvb = t.kv_len[rows][None, :] + np.cumsum(kv_add, axis=0) - kv_add
+        need = -(-(kvb + q) // bs)
+        held = -(-kvb // bs)
+        blocks0 = t.blocks[rows]
+        held[0] = blocks0
+        if S > 1:
+            held[1] = np.where(pre0, np.maximum(blocks0, need[0]), held[1])  # prefill keeps its reserve
+        during_rows = np.where(alive, np.maximum(held, need), 0)
+        after_rows = np.minimum(during_rows, -(-(kvb + kv_add) // bs))
+        after_rows[0] = np.where(pre0, during_rows[0], after_rows[0])
+        after_rows[finishing] = 0
+        during = during_rows.sum(axis=1)
+        if S > 1:
+            ok[1:] &= during[1:] <= self.kv_total
+        # price every step: drafting + one verification pass over every row's q tokens
+        ctx = np.where(alive, kvb, 0).astype(np.float64)
+        qf = q.astype(np.float64)
+        tokens = qf.sum(axis=1)
+        area = attention_area(qf, ctx)
+        qc = area.sum(axis=1)
+        csum = ctx.sum(axis=1)
+        logits = tokens.copy()
+        pf_tokens = np.zeros(S)
+        pf_qc = np.zeros(S)
+        if pre0.any():
+            pf_tokens[0] = float(qf[0, pre0].sum())
+            pf_qc[0] = float(area[0, pre0].sum())
+            logits[0] = tokens[0] - pf_tokens[0] + float((done0 & pre0).sum())
+        dt, draft, verify, flops, nbytes = self.executor.price(k, ctx, tokens, qc, csum, logits,
+                                                               pf_tokens, pf_qc)
+        end = now + np.cumsum(dt)
+        start = end - dt
+        m = int(np.argmin(ok)) if not ok.all() else S
+        return Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc, emit,
+                       kv_add, count0, alive, finishing, during, after_rows, pre0,
+                       pre0 & done0 & (gen0 == 0), max(m, 1))
+
+    def commit(self, seg: Segment, upto: int, kv, ledger, metrics, wid: int,
+               record: bool) -> np.ndarray:
+        """Apply steps [seg.done, upto) to the table, the KV pool and the ledger.
+
+        Returns the rows that finished (they leave the batch).
+        """
+        a, b = seg.done, upto
+        if b <= a:
+            return seg.rows[:0]
+        t, rows = self.t, seg.rows
+        sl = slice(a, b)
+        emit, alive, end = seg.emit[sl], seg.alive[sl], seg.end[sl]
+        delivered = emit > 0
+        # inter-token gaps: step a from each row's last delivery, later steps from the step before
+        gaps0 = delivered[0] & ~(seg.first0 if a == 0 else np.zeros(len(rows), bool))
+        metrics.add_itl(end[0] - t.last_delivery[rows[gaps0]])
+        if b - a > 1:
+            metrics.add_itl(np.repeat(seg.dt[a + 1:b], delivered[1:].sum(axis=1)))
+        if a == 0 and seg.first0.any():
+            t.first_token[rows[seg.first0]] = end[0]
+        t.generated[rows] += emit.sum(axis=0)
+        t.accepted[rows] += seg.acc[sl].sum(axis=0)
+        t.bonus[rows] += delivered.sum(axis=0)
+        t.drafted[rows] += seg.k[sl].sum(axis=0)
+        steps = alive.sum(axis=0)
+        if a == 0:
+            steps -= alive[0] & ~seg.count0
+        t.steps[rows] += steps
+        t.kv_len[rows] += seg.kv_add[sl].sum(axis=0)
+        t.last_delivery[rows[delivered[-1]]] = end[-1]
+        after = seg.after_rows[b - 1]
+        kv.set_held(int(t.blocks[rows].sum()), int(after.sum()), int(seg.during[sl].max()))
+        t.blocks[rows] = after
+        fin_steps = seg.finishing[sl]
+        fin = fin_steps.any(axis=0)
+        finished = rows[fin]
+        if len(finished):
+            t.finish[finished] = end[np.argmax(fin_steps[:, fin], axis=0)]
+            t.last_delivery[finished] = t.finish[finished]
+        seg.done = b
+        dt = seg.dt[sl]
+        cu, mu = ledger.add(dt, seg.draft[sl], seg.verify[sl], seg.flops[sl], seg.nbytes[sl])
+        if record:
+            n_alive = alive.sum(axis=1)
+            n_pre = np.zeros(b - a, np.int64)
+            if a == 0:
+                n_pre[0] = int(seg.prefill0.sum())
+            metrics.add_iterations(b - a, seg.start[sl], wid, n_alive, n_alive - n_pre, n_pre,
+                                   seg.tokens[sl], seg.k[sl].sum(axis=1), seg.draft[sl],
+                                   seg.verify[sl], cu, mu,
+                                   seg.after_rows[sl].sum(axis=1))
+        return finished
