@@ -73,12 +73,21 @@ def load_profile(ref: str, base_dir: Path | None = None, where: str = "calibrati
     if bundled.is_file():
         text, origin = bundled.read_text(), f"bundled profile {ref}"
     elif path.is_file():
-        text, origin = path.read_text(), str(path)
+        origin = str(path)
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except OSError as exc:
+            raise CatalogError(f"{where}: {path}: cannot be read ({exc.strerror or exc})") from None
+        except UnicodeDecodeError:
+            raise CatalogError(f"{where}: {path}: not a UTF-8 text file (a YAML calibration "
+                               "profile was expected)") from None
     else:
         raise CatalogError(f"{where}: no calibration profile {ref!r} (bundled: "
                            f"{', '.join(list_profiles()) or 'none'}; or give a YAML file path)")
     try:
-        data = yaml.safe_load(text)
+        from simulator.yamlio import load as load_yaml  # YAML 1.2 numbers (1e-5); lazy: no cycle
+
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise CatalogError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return profile_from_dict(data, origin, default_name=ref)
@@ -91,7 +100,7 @@ def profile_from_dict(data: Any, origin: str, default_name: str = "profile") -> 
     vals = {}
     for key in ("eta_compute", "eta_memory", "per_layer_overhead_s", "fixed_overhead_s"):
         v = fitted.get(key)
-        if not isinstance(v, int | float) or isinstance(v, bool) or v < 0:
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < float("inf"):
             raise CatalogError(f"{origin}: fitted.{key}: expected a non-negative number, got {v!r}")
         vals[key] = float(v)
     for key in ("eta_compute", "eta_memory"):

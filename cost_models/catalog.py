@@ -8,6 +8,7 @@ both go through the same validation so an inline entry cannot smuggle in a typo.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -17,6 +18,8 @@ import yaml
 from .errors import CatalogError
 
 DTYPES = ("bf16", "fp8", "int8", "fp4")
+MAX_NUMBER = 1e15  # a sanity bound on every catalog number (inline entries included)
+MIN_POSITIVE = 1e-6  # and on the smallest positive one (TFLOP/s, GB, GB/s, W)
 
 
 def _load_yaml(name: str) -> dict[str, Any]:
@@ -45,7 +48,7 @@ def quant_catalog() -> dict[str, Any]:
 def _check_keys(where: str, entry: Any, required: set[str], optional: set[str]) -> dict:
     if not isinstance(entry, dict):
         raise CatalogError(f"{where}: expected a mapping, got {type(entry).__name__}")
-    unknown = sorted(set(entry) - required - optional)
+    unknown = sorted(set(entry) - required - optional, key=str)
     if unknown:
         allowed = ", ".join(sorted(required | optional))
         raise CatalogError(f"{where}.{unknown[0]}: unknown key (expected one of: {allowed})")
@@ -65,6 +68,12 @@ def _num(where: str, value: Any, *, positive: bool = False, allow_none: bool = F
     if not ok:
         kind = "an integer" if integer else "a number"
         raise CatalogError(f"{where}: expected {kind}, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CatalogError(f"{where}: expected a finite number, got {value}")
+    if value > MAX_NUMBER:  # sizes and rates beyond this overflow the cost model's floats
+        raise CatalogError(f"{where}: expected a number at most {MAX_NUMBER:g}, got {value!r}")
+    if positive and 0 < value < MIN_POSITIVE:  # e.g. 1e-300 GB/s: times overflow to inf
+        raise CatalogError(f"{where}: expected a number at least {MIN_POSITIVE:g}, got {value!r}")
     if value < 0 or (positive and value == 0):
         raise CatalogError(f"{where}: expected a {'positive' if positive else 'non-negative'} "
                            f"number, got {value!r}")
@@ -280,7 +289,8 @@ def model_from_dict(name: str, entry: Any, where: str) -> ModelSpec:
     ints = {k: _num(f"{where}.{k}", e[k], positive=True, integer=True)
             for k in ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim",
                       "vocab_size")}
-    inter = _num(f"{where}.intermediate_size", e["intermediate_size"], integer=True)
+    inter = _num(f"{where}.intermediate_size", e["intermediate_size"], integer=True,
+                 positive=e.get("moe") is None)  # 0 only when every MLP is a MoE layer
     moe = None
     if e.get("moe") is not None:
         m = _check_keys(f"{where}.moe", e["moe"], _MOE_REQUIRED, _MOE_OPTIONAL)

@@ -78,7 +78,7 @@ def class_acceptance(spec: Any, where: str) -> ClassAcceptance:
     if not isinstance(spec, dict):
         raise ScenarioError(f"{where}: expected a mapping with alpha, alpha_by_position, tau or "
                             f"histogram, got {spec!r}")
-    unknown = sorted(set(spec) - _SPEC_KEYS)
+    unknown = sorted(set(spec) - _SPEC_KEYS, key=str)
     if unknown:
         raise ScenarioError(f"{where}.{unknown[0]}: unknown key (expected one of: "
                             f"{', '.join(sorted(_SPEC_KEYS))})")
@@ -102,6 +102,9 @@ def class_acceptance(spec: Any, where: str) -> ClassAcceptance:
         vals = spec["alpha_by_position"]
         if not isinstance(vals, list) or not vals:
             raise ScenarioError(f"{where}.alpha_by_position: expected a non-empty list of numbers")
+        if len(vals) > MAX_K:
+            raise ScenarioError(f"{where}.alpha_by_position: expected at most {MAX_K} entries, "
+                                f"got {len(vals)}")
         arr = np.array([_number(f"{where}.alpha_by_position[{i}]", v, 0.0, 1.0)
                         for i, v in enumerate(vals)])
         # beyond the last given position the last alpha holds
@@ -111,10 +114,15 @@ def class_acceptance(spec: Any, where: str) -> ClassAcceptance:
     if not isinstance(hist, list) or len(hist) < 2:
         raise ScenarioError(f"{where}.histogram: expected a list of counts or probabilities of "
                             "accepting 0, 1, ..., k drafts")
+    if len(hist) > MAX_K + 1:
+        raise ScenarioError(f"{where}.histogram: expected at most {MAX_K + 1} entries (0..{MAX_K} "
+                            f"accepted drafts), got {len(hist)}")
     h = np.array([_number(f"{where}.histogram[{i}]", v, 0.0, 1e18) for i, v in enumerate(hist)])
-    if "at_k" in spec and int(spec["at_k"]) != len(h) - 1:
-        raise ScenarioError(f"{where}.histogram: expected at_k + 1 = {int(spec['at_k']) + 1} "
-                            f"entries, got {len(h)}")
+    if "at_k" in spec:
+        at_k = int(_number(f"{where}.at_k", spec["at_k"], 1, MAX_K))
+        if at_k != len(h) - 1:
+            raise ScenarioError(f"{where}.histogram: expected at_k + 1 = {at_k + 1} entries, got "
+                                f"{len(h)}")
     if h.sum() <= 0:
         raise ScenarioError(f"{where}.histogram: expected a positive total")
     surv = h[::-1].cumsum()[::-1] / h.sum()  # S_0 = 1, S_j = P(accepted >= j)
@@ -205,7 +213,7 @@ def build_acceptance(section: Any, seed: int, where: str = "speculation.acceptan
     """From the scenario: a bundled profile by name, inline forms, or per-class forms."""
     if not isinstance(section, dict):
         raise ScenarioError(f"{where}: expected a mapping, got {section!r}")
-    unknown = sorted(set(section) - _ACCEPT_KEYS)
+    unknown = sorted(set(section) - _ACCEPT_KEYS, key=str)
     if unknown:
         raise ScenarioError(f"{where}.{unknown[0]}: unknown key (expected one of: "
                             f"{', '.join(sorted(_ACCEPT_KEYS))})")
@@ -215,7 +223,7 @@ def build_acceptance(section: Any, seed: int, where: str = "speculation.acceptan
     if "profile" in section:
         cat = profile_catalog()
         pname = section["profile"]
-        if pname not in cat:
+        if not isinstance(pname, str) or pname not in cat:
             raise ScenarioError(f"{where}.profile: unknown acceptance profile {pname!r} "
                                 f"(bundled: {', '.join(sorted(cat))})")
         entry = cat[pname]

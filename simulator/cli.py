@@ -44,6 +44,9 @@ def summary_table(m: dict) -> Table:
         ("requests arrived / completed / rejected / in flight",
          f"{m['requests_arrived']} / {m['requests_completed']} / {m['requests_rejected']} / "
          f"{m['requests_in_flight']}"),
+        ("longer than the context: truncated / dropped",
+         f"{m.get('requests_truncated_to_context', 0)} / "
+         f"{m.get('requests_dropped_for_context', 0)}"),
         ("output tokens", f"{m['output_tokens']:,}"),
         ("throughput (output tok/s)", _fmt(m["throughput_output_tokens_per_s"], 1, 1)),
         ("goodput (req/s meeting SLOs)", _fmt(m["goodput_requests_per_s"], 1, 3)),
@@ -122,11 +125,28 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specsim")
+    except PackageNotFoundError:  # running from a source tree that was not installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="specsim", description="Simulate LLM serving with speculative decoding: latency, throughput, cost and energy.")
+    p = argparse.ArgumentParser(
+        prog="specsim",
+        description="Simulate LLM serving with speculative decoding: latency, throughput, "
+                    "cost and energy.",
+        epilog="example: specsim run scenarios/chat.yaml --out runs/chat\n"
+               "bundled scenarios: the scenarios/ folder of the repository (chat.yaml, "
+               "code_completion.yaml, their *_nospec twins, azure_conv_70b.yaml)",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"specsim {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="simulate a scenario and report")
-    r.add_argument("scenario")
+    r.add_argument("scenario", help="scenario YAML file (e.g. scenarios/chat.yaml)")
     r.add_argument("--out", help="folder for metrics.json, requests.csv, iterations.csv, report.md")
     r.add_argument("--seed", type=int, help="override the scenario's seed")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
@@ -135,8 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-report", action="store_true", help="skip report.md and plots")
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check a scenario without running it")
-    v.add_argument("scenario")
-    v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    v.add_argument("scenario", help="scenario YAML file (e.g. scenarios/chat.yaml)")
+    v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override a scenario key (repeatable), validated like the file")
     v.set_defaults(func=cmd_validate)
     from cost_models.calibrate.cli import add_calibrate_command
     from traces.cli import add_trace_commands

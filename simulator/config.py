@@ -8,12 +8,16 @@ default), types and ranges are checked, and every message names the key path. Th
 from __future__ import annotations
 
 import copy
+import difflib
+import math
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from . import yamlio
 from .errors import ScenarioError
 
 # A schema node is a dict of key -> Field, or a Field.
@@ -33,16 +37,22 @@ class Field:
     help: str = ""
 
 
+# Integer keys without their own upper bound stop here: beyond 2**53 a YAML float such as
+# 1e18 no longer holds an exact integer, and numpy's int64 arithmetic would overflow.
+INT_HI = 2**53
+MAX_DEVICES = 1_000_000  # a sanity bound on hardware.count (the memory check comes later)
+MAX_SCENARIO_BYTES = 64 * 1024**2  # a scenario file is a page of YAML, not a trace
+
 SPEC_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "pard", "dflash")
 
 SCHEMA: dict[str, Any] = {
     "name": Field("str", "scenario"),
     "description": Field("str", ""),
-    "seed": Field("int", 0, lo=0),
+    "seed": Field("int", 0, lo=0, hi=2**63 - 1),
     "hardware": {
         "accelerator": Field("ref", "H100-SXM", help="catalog name or inline mapping"),
-        "count": Field("int", 1, lo=1, help="devices in the fleet"),
-        "tensor_parallel": Field("int", 1, lo=1, help="devices per worker"),
+        "count": Field("int", 1, lo=1, hi=MAX_DEVICES, help="devices in the fleet"),
+        "tensor_parallel": Field("int", 1, lo=1, hi=MAX_DEVICES, help="devices per worker"),
         "memory_fraction": Field("float", 0.90, lo=0.0, hi=1.0, exclusive_lo=True,
                                  help="share of HBM the engine may use (weights + KV)"),
     },
@@ -63,15 +73,15 @@ SCHEMA: dict[str, Any] = {
             "kv_cache": Field("str", "bf16"),
         },
         "draft_cost": {
-            "ratio": Field("float", None, lo=0.0, nullable=True,
+            "ratio": Field("float", None, lo=0.0, hi=1e3, nullable=True,
                            help="draft time per drafted token / one target decode step"),
-            "seconds_per_token": Field("float", None, lo=0.0, nullable=True),
+            "seconds_per_token": Field("float", None, lo=0.0, hi=3600.0, nullable=True),
         },
         "acceptance": Field("mapping", None, nullable=True),
         "ngram": {
             "match_rate": Field("float", 1.0, lo=0.0, hi=1.0,
                                 help="share of steps where the lookup finds a match"),
-            "cpu_s_per_step": Field("float", 20e-6, lo=0.0,
+            "cpu_s_per_step": Field("float", 20e-6, lo=0.0, hi=3600.0,
                                     help="assumed default (a compiled lookup); measure yours"),
         },
         "overlap_draft": Field("bool", False),
@@ -91,14 +101,14 @@ SCHEMA: dict[str, Any] = {
         "tpot_s": Field("float", None, lo=0.0, exclusive_lo=True, nullable=True),
     },
     "cost": {
-        "price_usd_per_hour": Field("float", None, lo=0.0, nullable=True,
+        "price_usd_per_hour": Field("float", None, lo=0.0, hi=1e6, nullable=True,
                                     help="per device; overrides the catalog's dated default"),
-        "power_idle_w": Field("float", None, lo=0.0, nullable=True),
-        "power_max_w": Field("float", None, lo=0.0, nullable=True),
+        "power_idle_w": Field("float", None, lo=0.0, hi=1e7, nullable=True),
+        "power_max_w": Field("float", None, lo=0.0, hi=1e7, nullable=True),
     },
     "calibration": Field("str", None, nullable=True),
     "simulation": {
-        "horizon_s": Field("float", None, lo=0.0, exclusive_lo=True, nullable=True,
+        "horizon_s": Field("float", None, lo=0.0, hi=1e9, exclusive_lo=True, nullable=True,
                            help="stop here; unfinished requests are counted in flight"),
         "record_iterations": Field("bool", True),
         "progress": Field("bool", True),
@@ -107,41 +117,73 @@ SCHEMA: dict[str, Any] = {
 }
 
 
+def show(value: Any, limit: int = 60) -> str:
+    """A value as an error message quotes it: repr, numpy scalars as plain numbers, short."""
+    if hasattr(value, "item") and not isinstance(value, list | dict | str | bytes):
+        try:
+            value = value.item()  # np.float64(-5.0) -> -5.0
+        except (TypeError, ValueError):
+            pass
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _num(x: float) -> str:
+    """A bound as a person writes it: 1, 0.9, 1000000, 1e+09."""
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e7):
+        return f"{int(x)}"
+    return f"{x:g}"
+
+
+def _check_number(f: Field, value: Any, path: str) -> Any:
+    """int and float keys: a finite YAML number; ints also take integral floats (1e3, 4.0)."""
+    word = "an integer" if f.kind == "int" else "a number"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ScenarioError(f"{path}: expected {word}, got {show(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ScenarioError(f"{path}: expected a finite number, got {value}")
+    given = value  # messages quote what was written (1e+30, not its int)
+    if f.kind == "int":
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ScenarioError(f"{path}: expected an integer, got {show(value)}")
+            value = int(value)
+    else:
+        value = float(value)
+    hi = f.hi if f.hi is not None else (INT_HI if f.kind == "int" else None)
+    if f.lo is not None and (value < f.lo or (f.exclusive_lo and value == f.lo)):
+        rel = "greater than" if f.exclusive_lo else "at least"
+        raise ScenarioError(f"{path}: expected {word} {rel} {_num(f.lo)}, got {show(given)}")
+    if hi is not None and value > hi:
+        raise ScenarioError(f"{path}: expected {word} at most {_num(hi)}, got {show(given)}")
+    return value
+
+
 def _check_field(f: Field, value: Any, path: str) -> Any:
     if value is None:
         if f.nullable or f.kind in ("any",):
             return None
         raise ScenarioError(f"{path}: expected a value, got null")
     kind = f.kind
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ScenarioError(f"{path}: expected an integer, got {value!r}")
-    elif kind == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ScenarioError(f"{path}: expected a number, got {value!r}")
-        value = float(value)
-    elif kind == "bool":
+    if kind in ("int", "float"):
+        return _check_number(f, value, path)
+    if kind == "bool":
         if not isinstance(value, bool):
-            raise ScenarioError(f"{path}: expected true or false, got {value!r}")
+            raise ScenarioError(f"{path}: expected true or false, got {show(value)}")
     elif kind == "str":
         if not isinstance(value, str):
-            raise ScenarioError(f"{path}: expected a string, got {value!r}")
+            raise ScenarioError(f"{path}: expected a string, got {show(value)}")
     elif kind == "choice":
-        if value not in f.choices:
-            raise ScenarioError(f"{path}: expected one of {', '.join(f.choices)}, got {value!r}")
+        if not isinstance(value, str) or value not in f.choices:
+            raise ScenarioError(f"{path}: expected one of {', '.join(f.choices)}, got "
+                                f"{show(value)}")
     elif kind == "ref":
         if not isinstance(value, str | dict):
             raise ScenarioError(f"{path}: expected a catalog name or an inline mapping, got "
-                                f"{value!r}")
+                                f"{show(value)}")
     elif kind == "mapping":
         if not isinstance(value, dict):
-            raise ScenarioError(f"{path}: expected a mapping, got {value!r}")
-    if kind in ("int", "float"):
-        if f.lo is not None and (value < f.lo or (f.exclusive_lo and value == f.lo)):
-            word = "greater than" if f.exclusive_lo else "at least"
-            raise ScenarioError(f"{path}: expected a number {word} {f.lo:g}, got {value!r}")
-        if f.hi is not None and value > f.hi:
-            raise ScenarioError(f"{path}: expected a number at most {f.hi:g}, got {value!r}")
+            raise ScenarioError(f"{path}: expected a mapping, got {show(value)}")
     return value
 
 
@@ -150,10 +192,16 @@ def validate(data: Any, schema: dict[str, Any] = SCHEMA, prefix: str = "") -> di
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ScenarioError(f"{prefix or 'scenario'}: expected a mapping, got {data!r}")
+        where = prefix[:-1] if prefix else "scenario"
+        raise ScenarioError(f"{where}: expected a mapping, got {show(data)}")
     unknown = sorted(set(data) - set(schema), key=str)
     if unknown:
-        raise ScenarioError(f"{prefix}{unknown[0]}: unknown key (expected one of: "
+        bad = unknown[0]
+        name = bad if isinstance(bad, str) and bad.isprintable() and len(bad) <= 60 \
+            else show(bad)
+        hint = difflib.get_close_matches(bad, list(schema), n=1) if isinstance(bad, str) else []
+        tip = f"did you mean {hint[0]!r}? " if hint else ""
+        raise ScenarioError(f"{prefix}{name}: unknown key ({tip}expected one of: "
                             f"{', '.join(schema)})")
     out: dict[str, Any] = {}
     for key, node in schema.items():
@@ -165,16 +213,29 @@ def validate(data: Any, schema: dict[str, Any] = SCHEMA, prefix: str = "") -> di
     return out
 
 
+def check_consistency(sc: dict[str, Any]) -> None:
+    """Rules that involve two keys of a validated scenario."""
+    spec, sched = sc["speculation"], sc["scheduler"]
+    k = spec["k"]
+    if spec["method"] != "none" and spec["policy"] != "off" and sched["token_budget"] < k + 1:
+        # a decode step verifies k drafts plus one token: a smaller budget would silently
+        # shrink every draft (speculation off in effect)
+        raise ScenarioError(f"scheduler.token_budget: expected at least speculation.k + 1 = "
+                            f"{k + 1} (a decode step verifies k drafted tokens plus one), got "
+                            f"{sched['token_budget']}; raise it or lower speculation.k")
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``a.b.c=value`` -> (["a", "b", "c"], YAML-parsed value)."""
+    shown = text if text.isprintable() and len(text) <= 80 else show(text, 80)
     if "=" not in text:
-        raise ScenarioError(f"--set {text}: expected key.path=value")
+        raise ScenarioError(f"--set {shown}: expected key.path=value")
     key, raw = text.split("=", 1)
     parts = [p for p in key.strip().split(".")]
     if not all(parts):
-        raise ScenarioError(f"--set {text}: expected a dotted key path like speculation.k")
+        raise ScenarioError(f"--set {shown}: expected a dotted key path like speculation.k")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = yamlio.load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     return parts, value
@@ -198,18 +259,50 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any] 
                 nxt = {}
                 node[p] = nxt
             elif not isinstance(nxt, dict):
-                raise ScenarioError(f"--set {'.'.join(parts)}: {'.'.join(parts[: i + 1])} is "
+                dotted = ".".join(map(str, parts))
+                if not dotted.isprintable():
+                    dotted = show(dotted)
+                raise ScenarioError(f"--set {dotted}: {'.'.join(map(str, parts[: i + 1]))} is "
                                     f"not a mapping")
             node = nxt
         node[parts[-1]] = value
     return data
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise ScenarioError(f"{path}: no such scenario file")
+def read_text_file(path: Path, what: str = "a YAML scenario") -> str:
+    """The text of a user's file, or a one-line ScenarioError saying why it cannot be read."""
+    path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        st = path.stat()
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL in the name
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ScenarioError(f"{path}: is a folder, not a scenario file")
+    if not stat.S_ISREG(st.st_mode):
+        raise ScenarioError(f"{path}: not a regular file ({what} was expected)")
+    if st.st_size > MAX_SCENARIO_BYTES:
+        raise ScenarioError(f"{path}: {st.st_size / 1e6:,.0f} MB is too large for {what} (at "
+                            f"most {MAX_SCENARIO_BYTES // 1024**2} MB)")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{path}: not a UTF-8 text file ({what} was expected)") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A scenario file's top-level mapping (the project loader: ``1e3`` is a number)."""
+    path = Path(path)
+    text = read_text_file(path)
+    try:
+        data = yamlio.load(text)
+    except RecursionError:
+        raise ScenarioError(f"{path}: not valid YAML (nested too deeply)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -24,9 +24,10 @@ from cost_models.roofline import ForwardCostModel
 from traces.errors import TraceError
 
 from . import config as cfg
+from . import limits, rng
 from . import requests as rq
-from . import rng
 from .acceptance import build_acceptance
+from .arrivals import ClosedLoop, OpenLoop
 from .batching import FcfsScheduler  # noqa: F401  (registers "fcfs")
 from .errors import ScenarioError
 from .execution import Executor
@@ -69,6 +70,7 @@ class Simulation:
             raise ScenarioError(f"hardware.count: expected a multiple of tensor_parallel "
                                 f"({self.tp}), got {hw_sec['count']}")
         self.n_workers = hw_sec["count"] // self.tp
+        limits.check_workers(self.n_workers, "hardware.count", devices=hw_sec["count"])
         self.calibration = self._calibration(sc.get("calibration"), base_dir)
         self.precision = get_precision(sc["quantization"], "quantization")
         self.target = ForwardCostModel(self.model, self.hw, self.tp, self.precision,
@@ -98,9 +100,19 @@ class Simulation:
             else self.hw.power_idle_w
         self.power_max = cost["power_max_w"] if cost["power_max_w"] is not None \
             else self.hw.power_max_w
+        if self.power_idle > self.power_max:
+            key = "cost.power_idle_w" if cost["power_idle_w"] is not None else "cost.power_max_w"
+            raise ScenarioError(f"{key}: expected idle power ({self.power_idle:g} W) at most the "
+                                f"maximum power ({self.power_max:g} W)"
+                                + ("" if cost["power_idle_w"] is not None and
+                                   cost["power_max_w"] is not None
+                                   else f" ({self.hw.name}'s catalog gives the other)"))
         self.peak_flops = self.target.linear_peak
         self.hbm_bw = self.hw.hbm_bw
-        # --- requests
+        # --- requests: the memory check comes before any per-request array
+        limits.check_requests(len(trace), _workload_key(sc),
+                              record_iterations=bool(sc["simulation"]["record_iterations"]))
+        self._context_notes(trace)
         self.table = rq.RequestTable(trace)
         self._prepare_requests()
         # --- SimPy model
@@ -110,6 +122,9 @@ class Simulation:
         self.record_iterations = sc["simulation"]["record_iterations"]
         self.env = simpy.Environment()
         self.metrics = Metrics()
+        closed = trace.attrs.get("closed_loop")
+        self.arrivals = (ClosedLoop(self, closed, self.seed) if closed is not None
+                         else OpenLoop(self))
         executor = Executor(self.target, self.drafter, self.overlap_draft)
         multi_step = bool(sc["simulation"]["fast_path"])
         sched_cls = BATCH_SCHEDULERS.get(s["policy"])
@@ -126,14 +141,15 @@ class Simulation:
                 kernel, BlockAllocator(self.kv_blocks, self.block_size), self.controller,
                 self.drafter, ledger, self.metrics, multi_step=multi_step,
                 record_iterations=self.record_iterations, on_finish=self.on_finish,
-                arrival_hint=self.next_arrival_hint))
+                arrival_hint=self.next_arrival_hint,
+                notify_finishes=self.arrivals.notify_finishes))
         self.router = make_router(sc["router"]["policy"], self.n_workers)
         self.progress = progress
         self.finished = 0
         self.rejected_reasons: dict[str, int] = {}
-        self._next_rid = 0
+        self.next_rid = 0  # requests before this one have arrived (or been sent)
         self._plan_arrivals()
-        self.env.process(self._arrivals())
+        self.env.process(self.arrivals.process())
 
     # ------------------------------------------------------------------ building
     def _calibration(self, ref: str | None, base_dir: Path) -> Calibration:
@@ -172,6 +188,28 @@ class Simulation:
         self.weight_bytes_device = weights
         return blocks
 
+    def _context_notes(self, trace: pd.DataFrame) -> None:
+        """Requests the workload cut or dropped to fit the context (``build_workload`` attrs;
+        a trace passed in directly has none: 0)."""
+        attrs = getattr(trace, "attrs", None) or {}
+
+        def count(key: str) -> int:
+            try:
+                return max(int(attrs.get(key) or 0), 0)
+            except (TypeError, ValueError):
+                return 0
+
+        self.truncated = count("capped_requests")
+        self.dropped = count("dropped_requests")
+        if self.truncated:
+            self.notes.append(f"{self.truncated} requests were longer than the context limit and "
+                              "were truncated to fit (workload.context_overflow: truncate); they "
+                              "run, and count as completed, at the shorter length")
+        if self.dropped:
+            self.notes.append(f"{self.dropped} requests were longer than the context limit and "
+                              "were dropped before the run (workload.context_overflow: drop); "
+                              "they are not counted as arrived")
+
     def _prepare_requests(self) -> None:
         t = self.table
         ids = t.request_id
@@ -189,26 +227,19 @@ class Simulation:
         self.table.status[rid] = rq.REJECTED
         self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
 
-    def _arrivals(self):
-        t, env = self.table, self.env
-        mq = self.max_queue
-        for rid in range(t.n):
-            self._next_rid = rid
-            delay = t.arrival[rid] - env.now
-            if delay > 0:
-                yield env.timeout(delay)
-            why = self._static_reject[rid]
-            if why:
-                self._reject(rid, self.STATIC_REASONS[why])
+    def arrive(self, rid: int) -> None:
+        """A request arrives now: rejected for its size, routed, or refused by a full queue."""
+        why = self._static_reject[rid]
+        if why:
+            self._reject(rid, self.STATIC_REASONS[why])
+        else:
+            w = self._route(rid)
+            if self.max_queue is not None and len(w.waiting) >= self.max_queue:
+                self._reject(rid, "queue full")
             else:
-                w = self._route(rid)
-                if mq is not None and len(w.waiting) >= mq:
-                    self._reject(rid, "queue full")
-                else:
-                    w.submit(rid)
-            if self.progress is not None and rid % 256 == 0:
-                self.progress(env.now, rid + 1)
-        self._next_rid = t.n
+                w.submit(rid)
+        if self.progress is not None and rid % 256 == 0:
+            self.progress(self.env.now, rid + 1)
 
     STATIC_REASONS = {1: "exceeds model context", 2: "exceeds KV capacity"}
 
@@ -222,10 +253,12 @@ class Simulation:
         self._static_reject = why
         self._eligible = np.flatnonzero(why == 0)  # requests that will be routed
 
-    def next_arrival_hint(self, wid: int) -> float:
+    def next_arrival_hint(self, wid: int) -> float | None:
         """When worker ``wid`` may next receive a request (a planning hint, not a promise)."""
         t = self.table
-        j = int(np.searchsorted(self._eligible, self._next_rid))
+        if self.arrivals.notify_finishes:
+            return None  # closed-loop arrivals depend on finishes: no foresight
+        j = int(np.searchsorted(self._eligible, self.next_rid))
         ahead = self.router.turns_until(wid)
         j += ahead if ahead is not None else 0
         return float(t.arrival[self._eligible[j]]) if j < len(self._eligible) else float("inf")
@@ -246,6 +279,7 @@ class Simulation:
 
     def on_finish(self, rows: np.ndarray) -> None:
         self.finished += len(rows)
+        self.arrivals.on_done(rows)
 
     # ------------------------------------------------------------------ running
     def run(self) -> None:
@@ -295,6 +329,8 @@ class Simulation:
             "requests_rejected": rejected,
             "requests_in_flight": arrived - int(done.sum()) - rejected,
             "rejected_by_reason": dict(sorted(self.rejected_reasons.items())),
+            "requests_truncated_to_context": self.truncated,
+            "requests_dropped_for_context": self.dropped,
             "output_tokens": out_tokens,
             "accepted_tokens": int(t.accepted.sum()),
             "bonus_tokens": int(t.bonus.sum()),
@@ -364,6 +400,7 @@ def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,
         if seed is not None:
             raw["seed"] = seed
         sc = cfg.validate(raw)
+        cfg.check_consistency(sc)
         if sc["workload"] is None:
             raise ScenarioError("workload: required (a trace file or a synthetic generator)")
     return sc, base, origin
@@ -379,6 +416,16 @@ def in_file(origin: str):
         if origin != "scenario" and not msg.startswith(origin):
             msg = f"{origin}: {msg}"
         raise type(exc)(msg) from None
+
+
+def _workload_key(sc: dict[str, Any]) -> str:
+    """The scenario key the request count comes from, for messages."""
+    wl = sc.get("workload")
+    if isinstance(wl, dict):
+        for name in ("synthetic", "trace"):
+            if name in wl:
+                return f"workload.{name}"
+    return "workload"
 
 
 def build_trace(sc: dict[str, Any], base: Path, max_context: int) -> pd.DataFrame:
@@ -408,7 +455,9 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
     if check:
         sim.check_invariants()
     metrics = sim.summary(wall)
-    iters = sim.metrics.iterations_frame() if sim.record_iterations else pd.DataFrame()
+    iters = sim.metrics.iterations_frame()
+    if not sim.record_iterations:  # no rows, but the columns (iterations.csv keeps its header)
+        iters = iters.iloc[:0]
     return Result(metrics, sim.table.frame(), iters, sc, sim.notes)
 
 

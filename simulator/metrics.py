@@ -123,3 +123,27 @@ def dist(values: np.ndarray) -> dict[str, float]:
         return {"mean": nan, "p50": nan, "p90": nan, "p99": nan}
     p = np.percentile(v, [50, 90, 99])
     return {"mean": float(v.mean()), "p50": float(p[0]), "p90": float(p[1]), "p99": float(p[2])}
+
+
+def tpot(first_token: np.ndarray, finish: np.ndarray, generated: np.ndarray) -> np.ndarray:
+    """Time per output token of each request: (last token - first token) / (tokens - 1).
+
+    NaN where there is no second token or the request has not finished. The one place TPOT
+    is computed (metrics.json, requests.csv and the report all use it).
+    """
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(generated > 1, (finish - first_token) / np.maximum(generated - 1, 1),
+                        np.nan)
+
+
+def slo_attainment(done: np.ndarray, ttft: np.ndarray, tpot_s: np.ndarray,
+                   slo_ttft: float | None, slo_tpot: float | None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per request: (meets the TTFT SLO, meets the TPOT SLO, completed and meets every SLO).
+
+    An SLO that is not set is met by everyone; a single-token output has no TPOT and meets
+    any TPOT SLO. The one place "meets the SLO" is decided.
+    """
+    ttft_ok = (ttft <= slo_ttft) if slo_ttft is not None else np.ones(len(done), bool)
+    tpot_ok = ~(tpot_s > slo_tpot) if slo_tpot is not None else np.ones(len(done), bool)
+    return ttft_ok, tpot_ok, done & ttft_ok & tpot_ok

@@ -258,6 +258,10 @@ def _metrics_table(v: _View) -> str:
     if rej:
         rows.insert(1, ["rejections by reason", ", ".join(f"{k}: {c}" for k, c in rej.items()),
                         "requests"])
+    cut, dropped = m.get("requests_truncated_to_context"), m.get("requests_dropped_for_context")
+    if cut is not None or dropped is not None:
+        rows.insert(1, ["longer than the context: truncated / dropped by the workload",
+                        f"{int(cut or 0):,} / {int(dropped or 0):,}", "requests"])
     return _md_table(["metric", "value", "unit"], rows, "lrl")
 
 

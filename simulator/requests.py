@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import metrics
+
 PENDING, QUEUED, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
 STATUS_NAMES = {PENDING: "pending", QUEUED: "queued", RUNNING: "running", DONE: "completed",
                 REJECTED: "rejected"}
@@ -21,7 +23,7 @@ class RequestTable:
         n = len(trace)
         self.n = n
         self.request_id = trace["request_id"].to_numpy(np.int64)
-        self.arrival = trace["arrival_s"].to_numpy(np.float64)
+        self.arrival = trace["arrival_s"].to_numpy(np.float64, copy=True)
         self.prompt = trace["prompt_tokens"].to_numpy(np.int64)
         self.output = trace["output_tokens"].to_numpy(np.int64)
         self.workload_class = trace["workload_class"].astype(str).to_numpy(object)
@@ -69,10 +71,7 @@ class RequestTable:
     def frame(self) -> pd.DataFrame:
         """One row per request, for requests.csv."""
         out_tokens = self.generated
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(out_tokens > 1,
-                            (self.finish - self.first_token) / np.maximum(out_tokens - 1, 1),
-                            np.nan)
+        tpot = metrics.tpot(self.first_token, self.finish, out_tokens)
         return pd.DataFrame({
             "request_id": self.request_id,
             "workload_class": self.workload_class,

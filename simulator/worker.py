@@ -18,6 +18,7 @@ import numpy as np
 import simpy
 
 from . import requests as rq
+from .eviction import Newest
 from .kernel import Kernel, Segment
 
 
@@ -74,7 +75,8 @@ class Worker:
 
     def __init__(self, wid: int, env, table, scheduler, kernel: Kernel, kv, policy, drafter,
                  ledger: Ledger, metrics, *, multi_step: bool, record_iterations: bool,
-                 on_finish=None, arrival_hint=None) -> None:
+                 on_finish=None, arrival_hint=None, notify_finishes: bool = False,
+                 eviction=None) -> None:
         self.wid, self.env, self.table = wid, env, table
         self.scheduler, self.kernel, self.kv = scheduler, kernel, kv
         self.policy, self.drafter = policy, drafter
@@ -84,6 +86,9 @@ class Worker:
         self.on_finish = on_finish
         self.arrival_hint = arrival_hint  # when a request may next arrive here (speed only)
         self._last_dt = 0.0
+        self.eviction = eviction if eviction is not None else Newest()
+        self.notify_finishes = notify_finishes  # commit at each finish (closed-loop clients)
+        self._resumed_at = -1.0  # when this process last planned or committed
         self.run = np.zeros(0, np.int64)
         self.waiting: deque[int] = deque()
         self.preemptions = 0
@@ -110,11 +115,11 @@ class Worker:
         seg = self.seg
         if seg is not None:
             now = self.env.now
-            # iterations already under way finish first; one starting exactly now is
-            # planned again with this request (unless the segment was planned just now)
+            # iterations already under way finish first; one starting exactly now is planned
+            # again with this request, unless this worker began it just now itself
             keep = max(seg.steps_started_before(now), seg.done)
-            if seg.done == 0 and keep == 0 and seg.start[0] == now:
-                keep = 1
+            if keep == seg.done < seg.m and seg.start[keep] == now and self._resumed_at == now:
+                keep += 1
             if keep < seg.m:
                 seg.m = keep
                 if self.env.active_process is not self.process:
@@ -151,13 +156,21 @@ class Worker:
                 steps = self._segment_length()
             seg = self.kernel.plan(shape, env.now, steps, self.policy.fixed_k)
             self.seg = seg
+            self._resumed_at = env.now
+            fin_steps = (np.flatnonzero(seg.finishing[:seg.m].any(axis=1))
+                         if self.notify_finishes else None)
             while seg.done < seg.m:
                 upto = seg.m
+                if fin_steps is not None:  # stop at the next finish: its client is waiting
+                    nxt = fin_steps[fin_steps >= seg.done]
+                    if len(nxt):
+                        upto = min(upto, int(nxt[0]) + 1)
                 try:
                     yield env.timeout(seg.end[upto - 1] - env.now)
                 except simpy.Interrupt:  # an arrival shortened the segment: wait for its new end
                     continue
                 self._commit(upto)
+                self._resumed_at = env.now
             self.seg = None
             self._last_dt = float(seg.dt[seg.m - 1])
             self._planned_steps = min(max(2 * seg.m, 2), self.MAX_STEPS)
@@ -186,16 +199,18 @@ class Worker:
                 self.on_finish(finished)
 
     def preempt(self, blocks_short: int) -> None:
-        """Recompute-style preemption: free the newest rows' KV and requeue them first."""
+        """Recompute-style preemption: free victims' KV (the eviction policy's order) until
+        ``blocks_short`` blocks are free, and requeue them at the front, in batch order."""
         t, kv = self.table, self.kv
-        keep = list(self.run)
         freed = 0
         victims = []
-        while keep and freed < blocks_short:
-            rid = keep.pop()
+        for rid in self.eviction.order(self.run, t).tolist():
+            if freed >= blocks_short:
+                break
             freed += int(t.blocks[rid])
             victims.append(rid)
-        for rid in victims:  # newest first back to the queue front, oldest ends up first
+        gone = np.isin(self.run, victims)
+        for rid in self.run[gone][::-1].tolist():  # the batch's order kept at the queue front
             kv.release(int(t.blocks[rid]))
             t.blocks[rid] = 0
             t.kv_len[rid] = 0
@@ -204,4 +219,4 @@ class Worker:
             t.status[rid] = rq.QUEUED
             self.waiting.appendleft(rid)
         self.preemptions += len(victims)
-        self.run = np.array(keep, np.int64)
+        self.run = self.run[~gone]

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from simulator.engine import run_scenario
+from simulator.registry import ROUTERS
 from tests.conftest import make_trace
 
 
@@ -84,7 +85,7 @@ def test_conservation_for_each_drafter(method, extra):
         assert res.metrics["drafted_tokens"] == 0
 
 
-@pytest.mark.parametrize("router", ["least_loaded", "round_robin"])
+@pytest.mark.parametrize("router", ROUTERS.names())
 def test_fast_path_gives_the_step_by_step_result(router):
     tr = make_trace(300, rate=3.0, prompt=(50, 600), output=(20, 600), seed=5)
     tr.loc[[10, 20], "prompt_tokens"] = 500_000  # rejected up front: round robin skips them

@@ -1,0 +1,46 @@
+"""The project's YAML loader: PyYAML's safe loader with YAML 1.2 / JSON number forms.
+
+PyYAML follows YAML 1.1, where a float needs a dot: ``1e3`` and ``1E-5`` load as the
+*strings* '1e3' and '1E-5', so ``rate: 1e3`` would fail as "expected a number, got
+'1e3'". ``Loader`` also reads exponent forms without a dot and with an optional exponent
+sign (``1e3``, ``1E-5``, ``-2e+3``, ``.5e1``, ``-.5``) as floats. Integers stay integers,
+and ``.nan`` / ``.inf`` / ``-.inf`` are still floats, so validation can reject them by key.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+FLOAT_TAG = "tag:yaml.org,2002:float"
+
+FLOAT_RE = re.compile(r"""^(?:
+     [-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+    |[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN)
+)$""", re.X)
+
+
+class Loader(yaml.SafeLoader):
+    """SafeLoader whose float resolver accepts YAML 1.2 / JSON forms such as ``1e3``."""
+
+
+# Copy the resolver table (it is a class attribute shared with SafeLoader), drop the
+# YAML 1.1 float resolver and register ours in its place.
+Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != FLOAT_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _first in "-+0123456789.":
+    # first in the list: "1e3" must not fall through to the int or string resolvers
+    Loader.yaml_implicit_resolvers.setdefault(_first, []).insert(0, (FLOAT_TAG, FLOAT_RE))
+
+
+def load(text: str | bytes) -> Any:
+    """Parse one YAML document with the project's loader (raises yaml.YAMLError)."""
+    return yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader subclass)

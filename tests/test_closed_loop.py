@@ -1,0 +1,73 @@
+"""Closed-loop load: N clients, each with one request outstanding, thinking between them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.arrivals import ClosedLoopSpec
+from simulator.engine import run_scenario
+from tests.conftest import make_trace
+from traces.distributions import Distribution
+
+
+def scenario(router="round_robin", method="draft_model"):
+    return {
+        "model": "Llama-3.1-8B",
+        "hardware": {"accelerator": "H100-SXM", "count": 2},
+        "speculation": {"method": method, "k": 4, "drafter": "Llama-3.2-1B",
+                        "acceptance": {"alpha": 0.7, "per_request": {"concentration": 8}}},
+        "scheduler": {"max_batch": 16, "token_budget": 1024},
+        "router": {"policy": router},
+        "workload": {},
+        "simulation": {"progress": False},
+    }
+
+
+def closed_trace(n, clients, think=None, seed=4):
+    tr = make_trace(n, gap=0.0, prompt=(20, 400), output=(5, 200), seed=seed)
+    tr.attrs["closed_loop"] = ClosedLoopSpec(clients, think)
+    return tr
+
+
+def concurrency(req):
+    a, f = req["arrival_s"].to_numpy(), req["finish_s"].to_numpy()
+    events = np.concatenate([np.stack([a, np.ones_like(a)], 1), np.stack([f, -np.ones_like(f)], 1)])
+    events = events[np.lexsort((events[:, 1], events[:, 0]))]  # finishes before arrivals at ties
+    return int(np.cumsum(events[:, 1]).max())
+
+
+@pytest.mark.parametrize("clients", [1, 8])
+def test_at_most_n_requests_are_outstanding_and_all_complete(clients):
+    res = run_scenario(scenario(), trace=closed_trace(120, clients))
+    req = res.requests
+    assert (req["status"] == "completed").all()
+    assert concurrency(req) == clients
+    # with no think time a client's next request leaves the moment its previous one ends
+    starts = np.sort(req["arrival_s"].to_numpy())
+    finishes = set(req["finish_s"].to_numpy().tolist())
+    assert (starts[:clients] == 0.0).all()
+    assert all(s in finishes for s in starts[clients:])
+
+
+def test_think_time_separates_a_clients_requests():
+    think = Distribution("fixed", {"value": 0.25}, integer=False)
+    res = run_scenario(scenario(), trace=closed_trace(60, 1, think))
+    req = res.requests.sort_values("arrival_s")
+    gaps = req["arrival_s"].to_numpy()[1:] - req["finish_s"].to_numpy()[:-1]
+    np.testing.assert_allclose(gaps, 0.25, rtol=1e-9)
+
+
+@pytest.mark.parametrize("router", ["round_robin", "least_loaded"])
+def test_closed_loop_multi_step_equals_step_by_step(router):
+    think = Distribution("exponential", {"mean": 0.05}, integer=False)
+    tr = closed_trace(150, 12, think)
+    fast = run_scenario(scenario(router), trace=tr, overrides={"simulation.fast_path": True})
+    slow = run_scenario(scenario(router), trace=tr.copy(),
+                        overrides={"simulation.fast_path": False})
+    a, b = fast.requests, slow.requests
+    for col in ("output_tokens", "accepted_tokens", "drafted_tokens", "steps", "worker"):
+        assert (a[col] == b[col]).all(), col
+    np.testing.assert_allclose(a["arrival_s"], b["arrival_s"], rtol=1e-9)
+    np.testing.assert_allclose(a["finish_s"], b["finish_s"], rtol=1e-9)
+    assert fast.metrics["iterations"] == slow.metrics["iterations"]
