@@ -113,15 +113,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from cost_models.catalog import get_model
-
-    from .engine import Simulation, build_trace
+    from . import limits
+    from .engine import Deployment, build_trace, workload_key
 
     sc, base, origin = load_scenario(args.scenario, args.set, None)
-    with in_file(origin):
-        trace = build_trace(sc, base, get_model(sc["model"], "model").max_context)
-        Simulation(sc, trace, base)
+    with in_file(origin):  # every cross-key rule, the catalogs and the workload; no simulation
+        deployment = Deployment(sc, base)
+        trace = build_trace(sc, base, deployment.model.max_context)
+        limits.check_requests(len(trace), workload_key(sc),
+                              record_iterations=sc.simulation.record_iterations)
     print(f"{origin}: ok ({len(trace)} requests, model {sc['model'] if isinstance(sc['model'], str) else 'inline'})")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
+    from .schema import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
     return 0
 
 
@@ -159,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a scenario key (repeatable), validated like the file")
     v.set_defaults(func=cmd_validate)
+    sch = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
+    sch.set_defaults(func=cmd_schema)
     from cost_models.calibrate.cli import add_calibrate_command
     from traces.cli import add_trace_commands
 

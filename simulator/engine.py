@@ -30,12 +30,14 @@ from .acceptance import build_acceptance
 from .arrivals import ClosedLoop, OpenLoop
 from .batching import FcfsScheduler  # noqa: F401  (registers "fcfs")
 from .errors import ScenarioError
+from .eviction import Newest  # noqa: F401  (registers the eviction policies)
 from .execution import Executor
 from .kernel import Kernel
 from .kv import BlockAllocator
 from .metrics import Metrics, dist
-from .registry import BATCH_SCHEDULERS
+from .registry import BATCH_SCHEDULERS, EVICTION
 from .router import RequestFeatures, make_router
+from .schema import Scenario
 from .speculation import DraftContext, Drafter, DrafterModel, build_drafter, make_policy
 from .worker import Ledger, Worker
 
@@ -53,11 +55,14 @@ class Result:
     notes: list[str] = field(default_factory=list)
 
 
-class Simulation:
-    """One run of one scenario: SimPy environment, workers, router, arrival process."""
+class Deployment:
+    """A scenario resolved against the catalogs: hardware, model, cost models, drafter,
+    speculation policy, acceptance, KV blocks, price and power, with every rule that
+    spans keys checked. No trace and no simulation: ``specsim validate`` and planners
+    build this alone.
+    """
 
-    def __init__(self, sc: dict[str, Any], trace: pd.DataFrame, base_dir: Path,
-                 progress: Any = None) -> None:
+    def __init__(self, sc: Scenario, base_dir: Path) -> None:
         self.sc = sc
         self.notes: list[str] = []
         self.seed = int(sc["seed"])
@@ -72,7 +77,7 @@ class Simulation:
         self.n_workers = hw_sec["count"] // self.tp
         limits.check_workers(self.n_workers, "hardware.count", devices=hw_sec["count"])
         self.calibration = self._calibration(sc.get("calibration"), base_dir)
-        self.precision = get_precision(sc["quantization"], "quantization")
+        self.precision = get_precision(sc.quantization.model_dump(), "quantization")
         self.target = ForwardCostModel(self.model, self.hw, self.tp, self.precision,
                                        self.calibration)
         if self.target.linear_dtype != self.precision.compute_dtype:
@@ -109,49 +114,7 @@ class Simulation:
                                    else f" ({self.hw.name}'s catalog gives the other)"))
         self.peak_flops = self.target.linear_peak
         self.hbm_bw = self.hw.hbm_bw
-        # --- requests: the memory check comes before any per-request array
-        limits.check_requests(len(trace), _workload_key(sc),
-                              record_iterations=bool(sc["simulation"]["record_iterations"]))
-        self._context_notes(trace)
-        self.table = rq.RequestTable(trace)
-        self._prepare_requests()
-        # --- SimPy model
-        s = sc["scheduler"]
-        self.max_queue = s["max_queue"]
-        self.horizon = sc["simulation"]["horizon_s"]
-        self.record_iterations = sc["simulation"]["record_iterations"]
-        self.env = simpy.Environment()
-        self.metrics = Metrics()
-        closed = trace.attrs.get("closed_loop")
-        self.arrivals = (ClosedLoop(self, closed, self.seed) if closed is not None
-                         else OpenLoop(self))
-        executor = Executor(self.target, self.drafter, self.overlap_draft)
-        multi_step = bool(sc["simulation"]["fast_path"])
-        sched_cls = BATCH_SCHEDULERS.get(s["policy"])
-        self.workers = []
-        for i in range(self.n_workers):
-            kernel = Kernel(self.table, executor, self.acceptance, self.alpha_table,
-                            self.drafter, self.block_size, self.kv_blocks)
-            ledger = Ledger(self.tp, self.peak_flops, self.hbm_bw, self.power_idle,
-                            self.power_max)
-            self.workers.append(Worker(
-                i, self.env, self.table,
-                sched_cls(s["max_batch"], s["token_budget"], s["chunked_prefill"],
-                          s["max_queue"]),
-                kernel, BlockAllocator(self.kv_blocks, self.block_size), self.controller,
-                self.drafter, ledger, self.metrics, multi_step=multi_step,
-                record_iterations=self.record_iterations, on_finish=self.on_finish,
-                arrival_hint=self.next_arrival_hint,
-                notify_finishes=self.arrivals.notify_finishes))
-        self.router = make_router(sc["router"]["policy"], self.n_workers)
-        self.progress = progress
-        self.finished = 0
-        self.rejected_reasons: dict[str, int] = {}
-        self.next_rid = 0  # requests before this one have arrived (or been sent)
-        self._plan_arrivals()
-        self.env.process(self.arrivals.process())
 
-    # ------------------------------------------------------------------ building
     def _calibration(self, ref: str | None, base_dir: Path) -> Calibration:
         if ref is None:
             return uncalibrated_default(self.hw.name)
@@ -187,6 +150,66 @@ class Simulation:
         self.kv_bytes_per_token_device = kv_per_token
         self.weight_bytes_device = weights
         return blocks
+
+
+class Simulation:
+    """One run of one scenario: SimPy environment, workers, router, arrival process."""
+
+    def __init__(self, sc: Scenario, trace: pd.DataFrame, base_dir: Path,
+                 progress: Any = None, deployment: Deployment | None = None) -> None:
+        d = deployment if deployment is not None else Deployment(sc, base_dir)
+        self.sc, self.deployment = sc, d
+        self.notes = list(d.notes)
+        self.seed = d.seed
+        self.hw, self.model, self.tp, self.n_workers = d.hw, d.model, d.tp, d.n_workers
+        self.calibration, self.precision, self.target = d.calibration, d.precision, d.target
+        self.method, self.drafter, self.controller = d.method, d.drafter, d.controller
+        self.overlap_draft, self.acceptance = d.overlap_draft, d.acceptance
+        self.block_size, self.kv_blocks = d.block_size, d.kv_blocks
+        self.price, self.power_idle, self.power_max = d.price, d.power_idle, d.power_max
+        self.peak_flops, self.hbm_bw = d.peak_flops, d.hbm_bw
+        # --- requests: the memory check comes before any per-request array
+        limits.check_requests(len(trace), workload_key(sc),
+                              record_iterations=bool(sc["simulation"]["record_iterations"]))
+        self._context_notes(trace)
+        self.table = rq.RequestTable(trace)
+        self._prepare_requests()
+        # --- SimPy model
+        s = sc["scheduler"]
+        self.max_queue = s["max_queue"]
+        self.horizon = sc["simulation"]["horizon_s"]
+        self.record_iterations = sc["simulation"]["record_iterations"]
+        self.env = simpy.Environment()
+        self.metrics = Metrics()
+        closed = trace.attrs.get("closed_loop")
+        self.arrivals = (ClosedLoop(self, closed, self.seed) if closed is not None
+                         else OpenLoop(self))
+        executor = Executor(self.target, self.drafter, self.overlap_draft)
+        multi_step = bool(sc["simulation"]["fast_path"])
+        sched_cls = BATCH_SCHEDULERS.get(s["policy"])
+        self.workers = []
+        for i in range(self.n_workers):
+            kernel = Kernel(self.table, executor, self.acceptance, self.alpha_table,
+                            self.drafter, self.block_size, self.kv_blocks)
+            ledger = Ledger(self.tp, self.peak_flops, self.hbm_bw, self.power_idle,
+                            self.power_max)
+            self.workers.append(Worker(
+                i, self.env, self.table,
+                sched_cls(s["max_batch"], s["token_budget"], s["chunked_prefill"],
+                          s["max_queue"]),
+                kernel, BlockAllocator(self.kv_blocks, self.block_size), self.controller,
+                self.drafter, ledger, self.metrics, multi_step=multi_step,
+                record_iterations=self.record_iterations, on_finish=self.on_finish,
+                arrival_hint=self.next_arrival_hint,
+                notify_finishes=self.arrivals.notify_finishes,
+                eviction=EVICTION.get(s["preemption"])()))
+        self.router = make_router(sc["router"]["policy"], self.n_workers)
+        self.progress = progress
+        self.finished = 0
+        self.rejected_reasons: dict[str, int] = {}
+        self.next_rid = 0  # requests before this one have arrived (or been sent)
+        self._plan_arrivals()
+        self.env.process(self.arrivals.process())
 
     def _context_notes(self, trace: pd.DataFrame) -> None:
         """Requests the workload cut or dropped to fit the context (``build_workload`` attrs;
@@ -418,7 +441,7 @@ def in_file(origin: str):
         raise type(exc)(msg) from None
 
 
-def _workload_key(sc: dict[str, Any]) -> str:
+def workload_key(sc: dict[str, Any]) -> str:
     """The scenario key the request count comes from, for messages."""
     wl = sc.get("workload")
     if isinstance(wl, dict):
@@ -458,7 +481,7 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
     iters = sim.metrics.iterations_frame()
     if not sim.record_iterations:  # no rows, but the columns (iterations.csv keeps its header)
         iters = iters.iloc[:0]
-    return Result(metrics, sim.table.frame(), iters, sc, sim.notes)
+    return Result(metrics, sim.table.frame(), iters, sc.dump(), sim.notes)
 
 
 def finite_or_none(x: Any) -> Any:

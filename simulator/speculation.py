@@ -185,7 +185,7 @@ def build_drafter(ctx: DraftContext) -> tuple[Drafter, DrafterModel | None]:
     factory = DRAFTERS.get(method)
     if method == "none":
         return factory(ctx), None
-    get_precision(spec["drafter_quantization"], f"{where}.drafter_quantization")
+    get_precision(spec["drafter_quantization"].model_dump(), f"{where}.drafter_quantization")
     dc = spec["draft_cost"]
     if dc["ratio"] is not None and dc["seconds_per_token"] is not None:
         raise ScenarioError(f"{where}.draft_cost: expected ratio or seconds_per_token, not both")
@@ -213,7 +213,8 @@ def _model_drafter(ctx: DraftContext, drafter_model, parallel: bool):
         return RatioDrafter(method, ctx.target, dc["ratio"]), None
     if dc["seconds_per_token"] is not None:
         return FixedTimeDrafter(method, dc["seconds_per_token"]), None
-    dq = get_precision(spec["drafter_quantization"], "speculation.drafter_quantization")
+    dq = get_precision(spec["drafter_quantization"].model_dump(),
+                       "speculation.drafter_quantization")
     cm = ForwardCostModel(drafter_model, ctx.hardware, ctx.tp, dq, ctx.calibration)
     cls = ParallelDrafter if parallel else SequentialDrafter
     return cls(method, cm), DrafterModel(drafter_model, dq, cm)

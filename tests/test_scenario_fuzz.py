@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cost_models.catalog import hardware_catalog, model_catalog
-from simulator import config as cfg
+from simulator import schema
 from simulator.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,7 +64,7 @@ def _inline() -> dict[str, Any]:
 
 BASE = _base()
 INLINE = _inline()
-EXISTING = sorted(set(_leaf_paths(BASE)) | set(_leaf_paths(cfg.SCHEMA)) - {""})
+EXISTING = sorted(set(_leaf_paths(BASE)) | set(schema.leaf_keys()) - {""})
 CATALOG_KEYS = sorted(p for p in _leaf_paths(INLINE)
                       if p.startswith(("hardware.accelerator.", "model.")))
 SECTIONS = sorted({p.rsplit(".", 1)[0] for p in EXISTING if "." in p})
@@ -122,9 +122,9 @@ def _lookup(tree: Any, dotted: str) -> Any:
 @st.composite
 def plausible(draw, key: str) -> Any:
     """A value of the right type near the scenario's own, so that many cases run."""
-    field = _lookup(cfg.SCHEMA, key)
+    field = schema.key_info(key)
     base = _lookup(INLINE if key in CATALOG_KEYS else BASE, key)
-    if isinstance(field, cfg.Field):
+    if field is not None:
         if field.kind == "choice":
             return draw(st.sampled_from(field.choices))
         if field.kind == "bool":
@@ -141,7 +141,7 @@ def plausible(draw, key: str) -> Any:
         return draw(st.booleans())
     if isinstance(base, int | float):
         return type(base)(base * draw(st.floats(0.05, 3)))
-    if isinstance(field, cfg.Field):  # str, ref, mapping: keep what the scenario has
+    if field is not None:  # str, ref, mapping: keep what the scenario has
         return copy.deepcopy(base if base is not None else field.default)
     return draw(values)
 

@@ -1,0 +1,500 @@
+"""The typed scenario: one pydantic model per section, extra keys forbidden everywhere.
+
+Every number is checked by one rule (finite; integers also take integral floats such as
+``1e3``; inclusive or exclusive bounds), every error becomes one line naming the dotted key
+and what was expected (with "did you mean" for near-miss keys), and ``speculation`` is a
+union discriminated by ``method``: each method admits the keys that mean something for it.
+Policy names (router, batch scheduler, speculation policy, eviction) are checked against
+their registries, so a policy registered by a plug-in is a valid name. The ``workload``
+section is validated by ``traces`` and ``speculation.acceptance`` by the acceptance model;
+both stay mappings here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic_core import PydanticCustomError
+
+from .errors import ScenarioError
+from .registry import BATCH_SCHEDULERS, EVICTION, ROUTERS, SPECULATION_POLICIES, Registry
+
+# Integer keys without their own upper bound stop here: beyond 2**53 a YAML float such as
+# 1e18 no longer holds an exact integer, and numpy's int64 arithmetic would overflow.
+INT_HI = 2**53
+MAX_DEVICES = 1_000_000  # a sanity bound on hardware.count (the memory check comes later)
+SPEC_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "pard", "dflash")
+
+
+def show(value: Any, limit: int = 60) -> str:
+    """A value as an error message quotes it: repr, numpy scalars as plain numbers, short."""
+    if hasattr(value, "item") and not isinstance(value, list | dict | str | bytes):
+        try:
+            value = value.item()  # np.float64(-5.0) -> -5.0
+        except (TypeError, ValueError):
+            pass
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _num(x: float) -> str:
+    """A bound as a person writes it: 1, 0.9, 1000000, 1e+09."""
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e7):
+        return f"{int(x)}"
+    return f"{x:g}"
+
+
+def _fail(message: str) -> PydanticCustomError:
+    return PydanticCustomError("specsim", "{message}", {"message": message})
+
+
+# ------------------------------------------------------------------ value rules
+
+
+def _number(kind: str, lo: float | None, hi: float | None, exclusive_lo: bool,
+            nullable: bool):
+    word = "an integer" if kind == "int" else "a number"
+
+    def check(value: Any) -> Any:
+        if value is None:
+            if nullable:
+                return None
+            raise _fail("expected a value, got null")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _fail(f"expected {word}, got {show(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _fail(f"expected a finite number, got {value}")
+        given = value  # messages quote what was written (1e+30, not its int)
+        if kind == "int":
+            if isinstance(value, float):
+                if not value.is_integer():
+                    raise _fail(f"expected an integer, got {show(value)}")
+                value = int(value)
+        else:
+            value = float(value)
+        top = hi if hi is not None else (INT_HI if kind == "int" else None)
+        if lo is not None and (value < lo or (exclusive_lo and value == lo)):
+            rel = "greater than" if exclusive_lo else "at least"
+            raise _fail(f"expected {word} {rel} {_num(lo)}, got {show(given)}")
+        if top is not None and value > top:
+            raise _fail(f"expected {word} at most {_num(top)}, got {show(given)}")
+        return value
+
+    check.kind, check.lo, check.hi = kind, lo, hi if hi is not None else (
+        INT_HI if kind == "int" else None)
+    return check
+
+
+def _bounds(lo: float | None, hi: float | None, exclusive_lo: bool = False) -> Any:
+    """The bounds in the JSON Schema (the check itself is the BeforeValidator's)."""
+    extra: dict[str, Any] = {}
+    if lo is not None:
+        extra["exclusiveMinimum" if exclusive_lo else "minimum"] = lo
+    if hi is not None:
+        extra["maximum"] = hi
+    return Field(json_schema_extra=extra)
+
+
+def Int(lo: float | None = None, hi: float | None = None):  # noqa: N802 (a type factory)
+    return Annotated[int, BeforeValidator(_number("int", lo, hi, False, False)),
+                     _bounds(lo, hi if hi is not None else INT_HI)]
+
+
+def OptInt(lo: float | None = None, hi: float | None = None):  # noqa: N802
+    return Annotated[int | None, BeforeValidator(_number("int", lo, hi, False, True)),
+                     _bounds(lo, hi if hi is not None else INT_HI)]
+
+
+def Float(lo: float | None = None, hi: float | None = None, exclusive_lo: bool = False):  # noqa: N802
+    return Annotated[float, BeforeValidator(_number("float", lo, hi, exclusive_lo, False)),
+                     _bounds(lo, hi, exclusive_lo)]
+
+
+def OptFloat(lo: float | None = None, hi: float | None = None,  # noqa: N802
+             exclusive_lo: bool = False):
+    return Annotated[float | None, BeforeValidator(_number("float", lo, hi, exclusive_lo, True)),
+                     _bounds(lo, hi, exclusive_lo)]
+
+
+def _typed(pytype: type, expected: str, nullable: bool = False):
+    def check(value: Any) -> Any:
+        if value is None:
+            if nullable:
+                return None
+            raise _fail("expected a value, got null")
+        if not isinstance(value, pytype) or (pytype is int and isinstance(value, bool)):
+            raise _fail(f"expected {expected}, got {show(value)}")
+        return value
+
+    check.kind = {bool: "bool", str: "str", dict: "mapping"}.get(pytype, "ref")
+    return check
+
+
+Bool = Annotated[bool, BeforeValidator(_typed(bool, "true or false"))]
+Str = Annotated[str, BeforeValidator(_typed(str, "a string"))]
+OptStr = Annotated[str | None, BeforeValidator(_typed(str, "a string", nullable=True))]
+Mapping = Annotated[dict[str, Any], BeforeValidator(_typed(dict, "a mapping"))]
+OptMapping = Annotated[dict[str, Any] | None,
+                       BeforeValidator(_typed(dict, "a mapping", nullable=True))]
+Ref = Annotated[str | dict[str, Any], BeforeValidator(
+    _typed(str | dict, "a catalog name or an inline mapping"))]
+OptRef = Annotated[str | dict[str, Any] | None, BeforeValidator(
+    _typed(str | dict, "a catalog name or an inline mapping", nullable=True))]
+
+
+def _registered(registry: Registry):
+    def check(value: Any) -> Any:
+        if not isinstance(value, str) or value not in registry:
+            raise _fail(f"expected one of {', '.join(registry.names())}, got {show(value)}")
+        return value
+
+    check.kind = "choice"
+    check.registry = registry
+    return check
+
+
+def Policy(registry: Registry):  # noqa: N802
+    def names(schema: dict[str, Any]) -> None:  # the names registered when asked
+        schema["enum"] = registry.names()
+
+    return Annotated[str, BeforeValidator(_registered(registry)),
+                     Field(json_schema_extra=names)]
+
+
+# ------------------------------------------------------------------ sections
+
+
+class Section(BaseModel):
+    """A scenario section: unknown keys are errors; values read as attributes or by key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key, default)
+
+
+def _section(cls: type[Section]):
+    """A nested section: missing or null means all defaults; anything else must be a mapping."""
+
+    def check(value: Any) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, dict | Section):
+            raise _fail(f"expected a mapping, got {show(value)}")
+        return value
+
+    return Annotated[cls, BeforeValidator(check), Field(default_factory=cls)]
+
+
+class Hardware(Section):
+    accelerator: Ref = Field("H100-SXM", description="catalog name or inline mapping")
+    count: Int(1, MAX_DEVICES) = Field(1, description="devices in the fleet")
+    tensor_parallel: Int(1, MAX_DEVICES) = Field(1, description="devices per worker")
+    memory_fraction: Float(0.0, 1.0, exclusive_lo=True) = Field(
+        0.90, description="share of HBM the engine may use (weights + KV)")
+
+
+class Quantization(Section):
+    weights: Str = "bf16"
+    activations: Str = "bf16"
+    kv_cache: Str = "bf16"
+
+
+class DraftCost(Section):
+    ratio: OptFloat(0.0, 1e3) = Field(
+        None, description="draft time per drafted token / one target decode step")
+    seconds_per_token: OptFloat(0.0, 3600.0) = None
+
+
+class Ngram(Section):
+    match_rate: Float(0.0, 1.0) = Field(1.0, description="share of steps where the lookup finds a match")
+    cpu_s_per_step: Float(0.0, 3600.0) = Field(
+        20e-6, description="assumed default (a compiled lookup); measure yours")
+
+
+class _Speculation(Section):
+    """Keys every speculation method shares."""
+
+    k: Int(0, 64) = Field(4, description="draft length")
+    policy: Policy(SPECULATION_POLICIES) = "static"
+    drafter: OptRef = Field(None, description="catalog model or inline mapping")
+    drafter_quantization: _section(Quantization)
+    draft_cost: _section(DraftCost)
+    acceptance: OptMapping = Field(None, description="profile name, alpha, tau at k, ...")
+    overlap_draft: Bool = False
+
+
+class NoSpeculation(_Speculation):
+    """``method: none``: the other keys may stay in the file (switching speculation off with
+    ``--set speculation.method=none`` keeps them) and are not used."""
+
+    method: Literal["none"] = "none"
+    ngram: _section(Ngram)
+
+
+class DraftModelSpeculation(_Speculation):
+    method: Literal["draft_model"]
+
+
+class Eagle3Speculation(_Speculation):
+    method: Literal["eagle3"]
+
+
+class MtpSpeculation(_Speculation):
+    method: Literal["mtp"]
+
+
+class PardSpeculation(_Speculation):
+    method: Literal["pard"]
+
+
+class DflashSpeculation(_Speculation):
+    method: Literal["dflash"]
+
+
+class NgramSpeculation(_Speculation):
+    method: Literal["ngram"]
+    ngram: _section(Ngram)
+
+
+SPECULATION_VARIANTS = (NoSpeculation, DraftModelSpeculation, Eagle3Speculation,
+                        MtpSpeculation, PardSpeculation, DflashSpeculation, NgramSpeculation)
+
+
+def _speculation_in(value: Any) -> Any:
+    if value is None:
+        return {"method": "none"}
+    if isinstance(value, Section):
+        return value
+    if not isinstance(value, dict):
+        raise _fail(f"expected a mapping, got {show(value)}")
+    method = value.get("method", "none")
+    if not isinstance(method, str) or method not in SPEC_METHODS:
+        raise PydanticCustomError("specsim_key", "{message}", {
+            "key": "method",
+            "message": f"expected one of {', '.join(SPEC_METHODS)}, got {show(method)}"})
+    return {**value, "method": method}
+
+
+Speculation = Annotated[
+    NoSpeculation | DraftModelSpeculation | Eagle3Speculation | MtpSpeculation
+    | PardSpeculation | DflashSpeculation | NgramSpeculation,
+    Field(discriminator="method"), BeforeValidator(_speculation_in)]
+
+
+class Scheduler(Section):
+    policy: Policy(BATCH_SCHEDULERS) = "fcfs"
+    max_batch: Int(1) = Field(256, description="sequences per worker")
+    token_budget: Int(1) = Field(8192, description="tokens per iteration")
+    chunked_prefill: Bool = True
+    block_size: Int(1) = Field(16, description="KV block size in tokens")
+    max_queue: OptInt(0) = Field(None, description="per-worker queue limit")
+    preemption: Policy(EVICTION) = Field(
+        "newest", description="whose KV is freed first when blocks run out")
+
+
+class Router(Section):
+    policy: Policy(ROUTERS) = "round_robin"
+
+
+class Slo(Section):
+    ttft_s: OptFloat(0.0, exclusive_lo=True) = None
+    tpot_s: OptFloat(0.0, exclusive_lo=True) = None
+
+
+class Cost(Section):
+    price_usd_per_hour: OptFloat(0.0, 1e6) = Field(
+        None, description="per device; overrides the catalog's dated default")
+    power_idle_w: OptFloat(0.0, 1e7) = None
+    power_max_w: OptFloat(0.0, 1e7) = None
+
+
+class Simulation(Section):
+    horizon_s: OptFloat(0.0, 1e9, exclusive_lo=True) = Field(
+        None, description="stop here; unfinished requests are counted in flight")
+    record_iterations: Bool = True
+    progress: Bool = True
+    fast_path: Bool = Field(True, description="plan stable batches many iterations at once")
+
+
+class Scenario(Section):
+    """A whole scenario file."""
+
+    name: Str = "scenario"
+    description: Str = ""
+    seed: Int(0, 2**63 - 1) = 0
+    hardware: _section(Hardware)
+    model: Ref = "Llama-3.1-8B"
+    quantization: _section(Quantization)
+    speculation: Speculation = Field(default_factory=NoSpeculation)
+    scheduler: _section(Scheduler)
+    router: _section(Router)
+    workload: OptMapping = Field(None, description="a trace file or a synthetic generator "
+                                                   "(validated by traces)")
+    slo: _section(Slo)
+    cost: _section(Cost)
+    calibration: OptStr = Field(None, description="bundled profile name or a YAML path")
+    simulation: _section(Simulation)
+
+    def dump(self) -> dict[str, Any]:
+        """The validated scenario as plain data (defaults filled in)."""
+        return self.model_dump(mode="python")
+
+
+# ------------------------------------------------------------------ errors as one line
+
+
+def _path(loc: tuple) -> str:
+    parts = [str(p) for p in loc]
+    if len(parts) > 1 and parts[0] == "speculation" and parts[1] in SPEC_METHODS:
+        parts.pop(1)  # the union's tag is not a key the user wrote
+    return ".".join(parts)
+
+
+def _variant(tag: Any) -> type[Section]:
+    for cls in SPECULATION_VARIANTS:
+        if cls.model_fields["method"].default == tag or tag in getattr(
+                cls.model_fields["method"].annotation, "__args__", ()):
+            return cls
+    return NoSpeculation
+
+
+def _keys_of(loc: tuple) -> list[str]:
+    """The keys allowed in the section that holds ``loc[-1]`` (for "unknown key" messages)."""
+    cls: type[BaseModel] = Scenario
+    parts = list(loc[:-1])
+    while parts:
+        part = parts.pop(0)
+        if cls is Scenario and part == "speculation":
+            cls = _variant(parts.pop(0) if parts and parts[0] in SPEC_METHODS else "none")
+            continue
+        field = cls.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return []
+        ann = field.annotation
+        sub = [a for a in getattr(ann, "__args__", (ann,))
+               if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not sub:
+            return []
+        cls = sub[0]
+    return list(cls.model_fields)
+
+
+def scenario_error(exc: ValidationError) -> ScenarioError:
+    """The first problem of a failed validation, as specsim's one-line error."""
+    err = exc.errors(include_url=False)[0]
+    loc = tuple(err["loc"])
+    path = _path(loc)
+    kind = err["type"]
+    if kind == "specsim_key":
+        return ScenarioError(f"{path}.{err['ctx']['key']}: {err['ctx']['message']}")
+    if kind == "specsim":
+        return ScenarioError(f"{path or 'scenario'}: {err['ctx']['message']}")
+    if kind == "extra_forbidden":
+        bad = loc[-1]
+        keys = _keys_of(loc)
+        name = bad if isinstance(bad, str) and bad.isprintable() and len(bad) <= 60 else show(bad)
+        hint = difflib.get_close_matches(bad, keys, n=1) if isinstance(bad, str) else []
+        tip = f"did you mean {hint[0]!r}? " if hint else ""
+        where = _path(loc[:-1])
+        method = (f" for speculation.method {loc[1]}"
+                  if loc[:1] == ("speculation",) and len(loc) == 3 else "")
+        return ScenarioError(f"{where + '.' if where else ''}{name}: unknown key{method} "
+                             f"({tip}expected one of: {', '.join(keys)})")
+    if kind == "invalid_key":
+        return ScenarioError(f"{path}: unknown key (keys are names, got {show(loc[-1])})")
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return ScenarioError(f"{path or 'scenario'}: expected a mapping, got "
+                             f"{show(err.get('input'))}")
+    return ScenarioError(f"{path or 'scenario'}: {err['msg']}")
+
+
+def validate(data: Any) -> Scenario:
+    """The typed scenario, or a ScenarioError naming the first bad key."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"scenario: expected a mapping, got {show(data)}")
+    bad = [k for k in data if not isinstance(k, str)]
+    if bad:
+        raise ScenarioError(f"{show(bad[0])}: unknown key (expected one of: "
+                            f"{', '.join(Scenario.model_fields)})")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise scenario_error(exc) from None
+
+
+def _walk(cls: type[BaseModel], prefix: str):
+    """(dotted key, field) for every leaf key of a section, speculation's variants merged."""
+    for name, field in cls.model_fields.items():
+        if cls is Scenario and name == "speculation":
+            seen: set[str] = set()
+            for variant in SPECULATION_VARIANTS:
+                for item in _walk(variant, "speculation."):
+                    if item[0] not in seen:
+                        seen.add(item[0])
+                        yield item
+            continue
+        sub = [a for a in getattr(field.annotation, "__args__", (field.annotation,))
+               if isinstance(a, type) and issubclass(a, BaseModel)]
+        if sub:
+            yield from _walk(sub[0], f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", field
+
+
+def leaf_keys() -> list[str]:
+    """Every leaf key of the scenario as a dotted path (``hardware.count``, ...)."""
+    return [key for key, _ in _walk(Scenario, "")]
+
+
+def number_keys(kind: str) -> list[str]:
+    """Dotted paths of the ``int`` or ``float`` keys."""
+    return [key for key, field in _walk(Scenario, "")
+            if any(getattr(getattr(m, "func", None), "kind", None) == kind
+                   for m in field.metadata)]
+
+
+@dataclass(frozen=True)
+class KeyInfo:
+    """What the schema says about one leaf key (for tools and property tests)."""
+
+    kind: str  # int | float | bool | str | ref | mapping | choice
+    default: Any
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] = ()
+
+
+def key_info(dotted: str) -> KeyInfo | None:
+    """The kind, default, bounds or choices of a leaf key; None for an unknown key."""
+    if dotted == "speculation.method":
+        return KeyInfo("choice", "none", choices=SPEC_METHODS)
+    for key, field in _walk(Scenario, ""):
+        if key != dotted:
+            continue
+        for m in field.metadata:
+            check = getattr(m, "func", None)
+            kind = getattr(check, "kind", None)
+            if kind is None:
+                continue
+            registry = getattr(check, "registry", None)
+            return KeyInfo(kind, field.get_default(call_default_factory=True),
+                           getattr(check, "lo", None), getattr(check, "hi", None),
+                           tuple(registry.names()) if registry is not None else ())
+    return None
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of the scenario file (for editors)."""
+    schema = Scenario.model_json_schema()
+    schema["title"] = "specsim scenario"
+    return schema
