@@ -85,8 +85,10 @@ def _progress_bar(total_requests: int):
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .engine import build_trace
-    from .output import write_outputs
+    from .output import check_destination, write_outputs
 
+    if args.out:  # a place we may not write is refused before any simulating
+        check_destination(Path(args.out), args.force)
     source = args.scenario
     sc, base, origin = load_scenario(source, args.set, args.seed)
     show = sc["simulation"]["progress"] and not args.quiet
@@ -101,14 +103,16 @@ def cmd_run(args: argparse.Namespace) -> int:
                                   progress=update)
     else:
         result = run_scenario(source, seed=args.seed, overrides=args.set)
+    mode = None
     if args.out:
-        write_outputs(result, Path(args.out), report=not args.no_report)
+        mode = write_outputs(result, Path(args.out), report=not args.no_report, force=args.force)
     Console().print(summary_table(result.metrics))
     for note in result.notes:
         console.print(f"note: {note}")
     if args.out:
+        how = " (replaced the previous specsim output there)" if mode == "replace" else ""
         console.print(f"wrote {args.out}/metrics.json, requests.csv, iterations.csv"
-                      + ("" if args.no_report else ", report.md"))
+                      + ("" if args.no_report else ", report.md") + how)
     return 0
 
 
@@ -157,7 +161,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="simulate a scenario and report")
     r.add_argument("scenario", help="scenario YAML file (e.g. scenarios/chat.yaml)")
-    r.add_argument("--out", help="folder for metrics.json, requests.csv, iterations.csv, report.md")
+    r.add_argument("--out", help="folder for metrics.json, requests.csv, iterations.csv, "
+                   "report.md: new or empty (a previous specsim output only with --force)")
+    r.add_argument("--force", action="store_true",
+                   help="replace a previous specsim output in --out (never other files)")
     r.add_argument("--seed", type=int, help="override the scenario's seed")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a scenario key (repeatable), validated like the file")

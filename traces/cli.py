@@ -44,6 +44,7 @@ def add_trace_commands(subparsers: Any) -> argparse.ArgumentParser:
         "--window", type=float, metavar="S", help="rate window in seconds (default: ~60 windows)"
     )
     stats.add_argument("--keep-failed", action="store_true", help="count failed requests too")
+    stats.add_argument("--force", action="store_true", help="replace an existing --png file")
     stats.set_defaults(func=run_stats)
 
     fit = commands.add_parser(
@@ -71,6 +72,7 @@ def add_trace_commands(subparsers: Any) -> argparse.ArgumentParser:
     fit.add_argument(
         "--window", type=float, metavar="S", help="window for --arrival curve, in seconds"
     )
+    fit.add_argument("--force", action="store_true", help="replace an existing --out file")
     fit.set_defaults(func=run_fit)
     return trace
 
@@ -110,6 +112,10 @@ def _summary_table(stats: dict[str, Any]) -> Table:
 
 def run_stats(args: argparse.Namespace) -> int:
     """``trace stats``: tables (or JSON) and an optional PNG."""
+    from traces.files import check_file_destination, write_atomically
+
+    if args.png:  # checked before reading the trace
+        check_file_destination(args.png, args.force, "--png")
     df = load_trace(args.file, args.format, keep_failed=args.keep_failed)
     stats = trace_stats(df, args.window)
     stats["file"] = str(args.file)
@@ -118,7 +124,8 @@ def run_stats(args: argparse.Namespace) -> int:
     if args.png:
         from traces.plot import plot_trace
 
-        plot_trace(df, stats, args.png, title=Path(args.file).name)
+        write_atomically(Path(args.png), lambda tmp: plot_trace(
+            df, stats, tmp, title=Path(args.file).name), "--png")
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
@@ -138,6 +145,10 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def run_fit(args: argparse.Namespace) -> int:
     """``trace fit``: print or write the fitted ``workload:`` section."""
+    from traces.files import check_file_destination, write_atomically
+
+    if args.out:  # checked before reading the trace
+        check_file_destination(args.out, args.force, "--out")
     df = load_trace(args.file, args.format)
     section = fit_synthetic(df, args.arrival, args.lengths, args.window)
     header = f"# specsim workload fitted to {args.file} ({len(df):,} requests)\n"
@@ -145,7 +156,8 @@ def run_fit(args: argparse.Namespace) -> int:
         {"workload": section}, sort_keys=False, default_flow_style=None, width=100
     )
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        write_atomically(Path(args.out), lambda tmp: tmp.write_text(text, encoding="utf-8"),
+                         "--out")
         Console(stderr=True).print(f"fitted workload written to {args.out}")
     else:
         sys.stdout.write(text)
