@@ -30,6 +30,7 @@ from cost_models.calibrate.fit import (  # noqa: E402
     precision_for,
 )
 from cost_models.roofline import ForwardCostModel, attention_area  # noqa: E402
+from simulator.calibration_replay import simulate_runs  # noqa: E402
 
 DEFAULT_PROFILE = REPO / "cost_models" / "calibrations" / "cpu-example.yaml"
 DEFAULT_PLOT = REPO / "docs" / "img" / "calibration_cpu.png"
@@ -175,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.run:
         from cost_models.calibrate.run import calibrate
 
-        calibrate(quick=args.run == "quick", out=args.profile, name=args.name)
+        calibrate(quick=args.run == "quick", out=args.profile, name=args.name,
+                  simulate_runs=simulate_runs)
     prof, grid = load(args.profile)
     print_tables(prof, grid)
     plot(prof, grid, args.plot)

@@ -148,6 +148,13 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+def _simulate_runs(*args, **kwargs):
+    """The calibration's replay through the simulator (imported only when calibrating)."""
+    from .calibration_replay import simulate_runs
+
+    return simulate_runs(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="specsim",
@@ -182,7 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
     from traces.cli import add_trace_commands
 
     add_trace_commands(sub)
-    add_calibrate_command(sub)  # imports torch only when run
+    add_calibrate_command(sub, simulate_runs=_simulate_runs)  # imports torch only when run
     return p
 
 

