@@ -26,7 +26,9 @@ from .engine import Result, finite_or_none
 from .errors import ScenarioError
 
 MARKER = ".specsim-output"
-_TEMP = re.compile(r"^\..*\.specsim-(?:tmp|old)-(\d+)-[0-9a-f]+$")
+_TEMP = re.compile(r"^\..*\.specsim-(?:tmp|old)-(\d+)-[0-9a-f]{8}$")
+# what specsim writes into an output folder; nothing else is ever replaced
+_OURS = re.compile(r"^(?:metrics\.json|requests\.csv|iterations\.csv|report\.md|[\w.-]+\.png)$")
 
 
 def metrics_json(result: Result, include_wall_time: bool = True) -> str:
@@ -46,6 +48,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _stale(entry: Path) -> bool:
+    """A ``.NAME.specsim-tmp-<pid>-<hex>`` folder whose run is gone (killed mid-write)."""
+    m = _TEMP.match(entry.name)
+    return bool(m) and entry.is_dir() and not entry.is_symlink() and not _alive(int(m.group(1)))
+
+
 def clean_stale(parent: Path) -> list[Path]:
     """Remove temporary folders that killed specsim runs left in ``parent``."""
     removed = []
@@ -54,25 +62,50 @@ def clean_stale(parent: Path) -> list[Path]:
     except OSError:
         return removed
     for entry in entries:
-        m = _TEMP.match(entry.name)
-        if m and entry.is_dir() and not entry.is_symlink() and not _alive(int(m.group(1))):
+        if _stale(entry):
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
 
 
 def _written_by_specsim(folder: Path) -> tuple[bool, str | None]:
-    """(has our marker, the first file in it that specsim did not write)."""
-    names = sorted(p.name for p in folder.iterdir())
+    """(has our marker, the first entry in it that specsim did not write).
+
+    An entry is ours only if the marker lists it, it is a name specsim writes, and it is
+    not a folder: a hand-edited marker cannot make specsim delete anything else."""
+    # a killed run's temporary folder is not the user's: it is removed before writing
+    entries = sorted((p for p in folder.iterdir() if not _stale(p)), key=lambda p: p.name)
     marker = folder / MARKER
     ours: set[str] = set()
-    if marker.is_file():
+    if marker.is_file() and not marker.is_symlink():
         try:
-            ours = set(json.loads(marker.read_text())["files"]) | {MARKER}
-        except (OSError, ValueError, KeyError, TypeError):
+            listed = json.loads(marker.read_text())["files"]
+            ours = {n for n in listed if isinstance(n, str) and _OURS.match(n)} | {MARKER}
+        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
             ours = set()
-    foreign = next((n for n in names if n not in ours), None)
+    foreign = next((p.name for p in entries
+                    if p.name not in ours or (p.is_dir() and not p.is_symlink())), None)
     return bool(ours), foreign
+
+
+def _abs(out_dir: Path) -> Path:
+    """The absolute path with ``.`` and ``..`` resolved (so ``--out ..`` names the folder
+    above, not one called ``..``)."""
+    return Path(os.path.realpath(out_dir.parent)) / out_dir.name if out_dir.name not in (
+        "", ".", "..") else Path(os.path.realpath(out_dir))
+
+
+def _probe_ancestor(folder: Path) -> None:
+    """Raise OSError unless ``folder`` could be created (or exists) and written into; creates
+    nothing that stays: the check runs in the nearest existing ancestor."""
+    existing = folder
+    while not os.path.lexists(existing):
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(20, f"{existing} is a file, not a folder")
+    probe = existing / f".probe.specsim-tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    os.mkdir(probe)
+    os.rmdir(probe)
 
 
 def check_destination(out_dir: Path, force: bool = False) -> str:
@@ -80,7 +113,9 @@ def check_destination(out_dir: Path, force: bool = False) -> str:
     "new", "empty" or "replace". Run before the simulation so a bad path costs nothing."""
     out_dir = Path(out_dir)
     where = f"--out {out_dir}"
-    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
+    if out_dir.is_symlink():
+        raise ScenarioError(f"{where}: is a symbolic link; give a real folder")
+    if out_dir.exists() and not out_dir.is_dir():
         raise ScenarioError(f"{where}: is a file, not a folder; nothing was written")
     mode = "new"
     if out_dir.is_dir():
@@ -101,18 +136,21 @@ def check_destination(out_dir: Path, force: bool = False) -> str:
                                 "replace it, or choose another folder")
         else:
             mode = "replace"
-    parent = out_dir.absolute().parent
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-        probe = _temp_dir(parent, out_dir)
-        probe.rmdir()
+        _probe_ancestor(_staging(out_dir, mode))
     except OSError as exc:
         raise ScenarioError(f"{where}: cannot write there ({exc.strerror or exc})") from None
     return mode
 
 
+def _staging(out_dir: Path, mode: str) -> Path:
+    """Where the temporary folder goes: beside ``out_dir``, or inside an existing empty one
+    (so ``--out .`` works where the folder above cannot be written)."""
+    return _abs(out_dir) if mode == "empty" else _abs(out_dir).parent
+
+
 def _temp_dir(parent: Path, out_dir: Path, kind: str = "tmp") -> Path:
-    name = out_dir.absolute().name or "out"
+    name = _abs(out_dir).name or "out"
     path = parent / f".{name}.specsim-{kind}-{os.getpid()}-{secrets.token_hex(4)}"
     os.mkdir(path, 0o777)  # the umask applies, as for any folder the user creates
     return path
@@ -127,9 +165,16 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
     """
     out_dir = Path(out_dir)
     mode = check_destination(out_dir, force)
-    parent = out_dir.absolute().parent
-    clean_stale(parent)
-    tmp = _temp_dir(parent, out_dir)
+    parent = _abs(out_dir).parent
+    staging = _staging(out_dir, mode)
+    try:
+        staging.mkdir(parents=True, exist_ok=True)
+        for folder in {parent, staging}:  # what killed runs left there
+            clean_stale(folder)
+        tmp = _temp_dir(staging, out_dir)
+    except OSError as exc:
+        raise ScenarioError(f"--out {out_dir}: cannot write there "
+                            f"({exc.strerror or exc})") from None
     try:
         (tmp / "metrics.json").write_text(metrics_json(result))
         result.requests.to_csv(tmp / "requests.csv", index=False, float_format="%.9g")
@@ -140,7 +185,8 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
             write_report(result, tmp)
         files = sorted(p.name for p in tmp.iterdir())
         (tmp / MARKER).write_text(json.dumps({
-            "written_by": "specsim", "scenario": result.metrics.get("scenario"),
+            "written_by": "specsim", "version": _version(),
+            "scenario": result.metrics.get("scenario"),
             "utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "files": files}, indent=1) + "\n")
         _move_into_place(tmp, out_dir, mode, parent)
@@ -159,16 +205,34 @@ def _move_into_place(tmp: Path, out_dir: Path, mode: str, parent: Path) -> None:
         os.replace(tmp, out_dir)
     elif mode == "empty":  # the folder stays the user's; our files move in, marker last
         names = sorted(p.name for p in tmp.iterdir() if p.name != MARKER) + [MARKER]
-        for name in names:
-            os.replace(tmp / name, out_dir / name)
+        moved = []
+        try:
+            for name in names:
+                if os.path.lexists(out_dir / name):  # someone wrote there meanwhile
+                    raise FileExistsError(17, f"{name} appeared in the folder meanwhile")
+                os.replace(tmp / name, out_dir / name)
+                moved.append(name)
+        except BaseException:
+            for name in moved:  # leave the folder empty, as it was
+                (out_dir / name).unlink(missing_ok=True)
+            raise
         tmp.rmdir()
     else:  # replace a previous specsim output once the new one is complete
-        old = parent / f".{out_dir.absolute().name}.specsim-old-{os.getpid()}-" \
+        old = parent / f".{_abs(out_dir).name}.specsim-old-{os.getpid()}-" \
                        f"{secrets.token_hex(4)}"
         os.replace(out_dir, old)
         try:
             os.replace(tmp, out_dir)
-        except OSError:
+        except BaseException:
             os.replace(old, out_dir)  # put the previous output back
             raise
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specsim")
+    except PackageNotFoundError:
+        return "unknown"

@@ -3,17 +3,48 @@
 ``trace fit --out`` and ``trace stats --png`` write through here: an existing file is
 replaced only with ``--force``; a folder, a path under a file, or an unwritable place is a
 one-line TraceError; the content goes to a hidden temporary file in the same folder that is
-renamed over the target only when complete.
+renamed over the target only when complete. Such a file left by a killed run
+(``.NAME.specsim-tmp-<pid>-<hex>[.ext]``, its pid gone) is removed by the next write there.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from collections.abc import Callable
 from pathlib import Path
 
 from traces.errors import TraceError
+
+_TEMP = re.compile(r"^\..*\.specsim-tmp-(\d+)-[0-9a-f]{8}(?:\.[^.]+)?$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _clean_stale(folder: Path) -> None:
+    """Remove temporary files that killed specsim runs left in ``folder`` (exact pattern)."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        m = _TEMP.match(entry.name)
+        if m and entry.is_file() and not entry.is_symlink() and not _alive(int(m.group(1))):
+            entry.unlink(missing_ok=True)
+
+
+def _temp_name(path: Path) -> Path:
+    return path.absolute().parent / (f".{path.stem}.specsim-tmp-{os.getpid()}-"
+                                     f"{secrets.token_hex(4)}{path.suffix}")
 
 
 def check_file_destination(path: str | Path, force: bool, flag: str) -> Path:
@@ -27,10 +58,13 @@ def check_file_destination(path: str | Path, force: bool, flag: str) -> Path:
             raise TraceError(f"{where}: already exists; pass --force to replace it")
         if not path.is_file():
             raise TraceError(f"{where}: is not a regular file; not replacing it")
-    parent = path.absolute().parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        probe = parent / f".{path.name}.specsim-probe-{os.getpid()}-{secrets.token_hex(4)}"
+    try:  # probe the nearest existing folder; nothing is created that stays
+        existing = path.absolute().parent
+        while not os.path.lexists(existing):
+            existing = existing.parent
+        if not existing.is_dir():
+            raise NotADirectoryError(20, f"{existing} is a file, not a folder")
+        probe = _temp_name(existing / path.name)
         probe.touch()
         probe.unlink()
     except OSError as exc:
@@ -40,8 +74,13 @@ def check_file_destination(path: str | Path, force: bool, flag: str) -> Path:
 
 def write_atomically(path: Path, write: Callable[[Path], None], flag: str) -> None:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it into place."""
-    tmp = path.absolute().parent / (f".{path.stem}.specsim-tmp-{os.getpid()}-"
-                                    f"{secrets.token_hex(4)}{path.suffix}")
+    parent = path.absolute().parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TraceError(f"{flag} {path}: cannot write there ({exc.strerror or exc})") from None
+    _clean_stale(parent)
+    tmp = _temp_name(path)
     try:
         write(tmp)
         mask = os.umask(0)
