@@ -12,6 +12,8 @@ from traces.stats import trace_stats
 from traces.workload import build_workload
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
+#: Traces the repository ships (scenarios/data): their tests never skip.
+BUNDLED = Path(__file__).resolve().parents[1] / "scenarios" / "data"
 
 # file, format, rows, mean prompt, mean output, mean rate (req/s)
 EXPECTED = [
@@ -23,12 +25,22 @@ EXPECTED = [
 
 
 def _file(name: str) -> Path:
+    if (BUNDLED / name).is_file():
+        return BUNDLED / name
     path = DATA / name
     if not path.is_file():
         pytest.skip(
-            f"real trace {path} is absent (a fresh clone has no ../shared/data; see docs/traces.md)"
+            f"real trace {path} is absent (a fresh clone has no ../shared/data; see README.md, "
+            '"Public traces: where to download them")'
         )
     return path
+
+
+def test_the_bundled_trace_is_read_from_the_repository():
+    """scenarios/data's trace needs no ../shared: its tests run in a fresh clone too."""
+    assert _file("azure_conv_poisson_qps2_n1000.csv") == (
+        BUNDLED / "azure_conv_poisson_qps2_n1000.csv"
+    )
 
 
 @pytest.mark.parametrize(("name", "fmt", "rows", "prompt", "output", "rate"), EXPECTED)

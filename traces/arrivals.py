@@ -18,6 +18,13 @@ from traces.spec import Section, is_real
 PROCESSES = ("poisson", "gamma", "diurnal", "onoff")
 #: Slices per period used to integrate a sinusoidal diurnal rate exactly per slice.
 _SINE_SLICES = 1440
+#: The largest gap CV accepted: beyond it the Gamma gaps underflow to 0 but for rare giants,
+#: and reaching a horizon takes ~CV^2 draws. Real traces stay far below.
+MAX_CV = 1000.0
+#: The shortest diurnal period accepted (a shorter one is a typo, and breaks the maths).
+MIN_PERIOD_S = 1e-6
+#: Random on/off periods are drawn as arrays; more than this many is refused (~1 GB).
+MAX_PERIODS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -45,12 +52,47 @@ class Arrivals:
         edges = np.asarray(self.edges)
         return float(np.dot(self.rates, np.diff(edges)) / edges[-1])
 
+    def peak_rate(self) -> float:
+        """The highest rate the process reaches (arrivals per second)."""
+        return float(max(self.rates))
+
+    def expected_count(self, n: int | None, duration_s: float | None) -> float:
+        """An upper estimate of how many arrivals ``generate(n, duration_s)`` draws.
+
+        ``n`` when given, else the peak rate times the duration.
+        """
+        if n is not None:
+            return float(n)
+        return self.peak_rate() * float(duration_s or 0.0)
+
+    def check_periods(self, n: int | None, duration_s: float | None, path: str) -> None:
+        """Refuse random on/off periods so short that drawing them would not fit in memory."""
+        if not self.random_periods:
+            return
+        cycle = self.on_s + self.off_s
+        if duration_s is not None:
+            periods = duration_s / cycle
+            span = f"duration_s {duration_s:g} s"
+        else:
+            periods = float(n or 0) / (self.mean_rate() * cycle)
+            span = f"{int(n or 0):,} requests"
+        if periods > MAX_PERIODS:
+            raise TraceError(
+                f"{path}: on_s + off_s = {cycle:g} s makes ~{periods:.3g} random on/off "
+                f"periods over {span} (at most {MAX_PERIODS:,}); use longer periods or "
+                "periods: fixed"
+            )
+
     def scaled(self, factor: float) -> Arrivals:
         """The same process with every rate multiplied by ``factor``."""
         return replace(self, rates=tuple(r * factor for r in self.rates))
 
     def generate(
-        self, rng: np.random.Generator, n: int | None = None, duration_s: float | None = None
+        self,
+        rng: np.random.Generator,
+        n: int | None = None,
+        duration_s: float | None = None,
+        limit: int | None = None,
     ) -> np.ndarray:
         """Sorted arrival times in seconds.
 
@@ -58,6 +100,8 @@ class Arrivals:
         ``[0, duration_s)``. Both: exactly ``n`` arrivals in ``[0, duration_s)``, the
         process conditioned on that count (its gaps rescaled to fit, which for Gamma
         gaps is exactly the conditional law), so the realised mean rate is the target.
+        ``limit`` (with ``duration_s`` alone) stops after the first ``limit`` arrivals:
+        the same times as drawing them all and keeping the first ``limit``.
         """
         gap_rng, period_rng = rng.spawn(2)
         ops = None
@@ -71,9 +115,10 @@ class Arrivals:
             horizon = self._mass(duration_s, edges, cum)
             if n is not None:
                 ops = _renewal(gap_rng, self.cv, n + 1)
-                ops = ops[:n] * (horizon / ops[n])
+                # All gaps can underflow to 0 for a huge CV: then every arrival is at 0.
+                ops = ops[:n] * (horizon / ops[n] if ops[n] > 0 else 0.0)
             else:
-                ops = _renewal_until(gap_rng, self.cv, horizon)
+                ops = _renewal_until(gap_rng, self.cv, horizon, limit)
         assert ops is not None
         times = self._to_time(ops, edges, cum)
         if duration_s is not None:
@@ -116,6 +161,12 @@ class Arrivals:
                 return edges, cum
             if ops is not None and (not ops.size or cum[-1] > ops[-1]):
                 return edges, cum
+            if cycles > MAX_PERIODS or not np.isfinite(cum[-1]):  # rates underflow to 0
+                raise TraceError(
+                    f"workload.synthetic.arrival: more than {MAX_PERIODS:,} random on/off "
+                    "periods would be needed; use longer periods, higher rates or "
+                    "periods: fixed"
+                )
 
 
 def _inverse_piecewise(y: np.ndarray, edges: np.ndarray, cum: np.ndarray) -> np.ndarray:
@@ -131,6 +182,8 @@ def _inverse_piecewise(y: np.ndarray, edges: np.ndarray, cum: np.ndarray) -> np.
 def _gaps(rng: np.random.Generator, cv: float, n: int) -> np.ndarray:
     if cv == 1.0:
         return rng.exponential(1.0, n)
+    if cv < 1e-6:  # regular to within a millionth (1 / cv^2 would overflow)
+        return np.ones(n)
     shape = 1.0 / cv**2
     return rng.gamma(shape, 1.0 / shape, n)
 
@@ -140,14 +193,21 @@ def _renewal(rng: np.random.Generator, cv: float, n: int) -> np.ndarray:
     return np.cumsum(_gaps(rng, cv, n))
 
 
-def _renewal_until(rng: np.random.Generator, cv: float, horizon: float) -> np.ndarray:
-    """All points of a unit-rate renewal process in ``[0, horizon)``."""
-    n = int(horizon + 6 * cv * np.sqrt(horizon) + 16)
+def _renewal_until(
+    rng: np.random.Generator, cv: float, horizon: float, limit: int | None = None
+) -> np.ndarray:
+    """All points of a unit-rate renewal process in ``[0, horizon)`` (the first ``limit``)."""
+    # A first guess with room for the usual spread (capped for a huge CV, whose draws
+    # may need many extensions anyway).
+    n = int(min(horizon + 6 * cv * np.sqrt(horizon) + 16, 2 * horizon + 1024))
+    if limit is not None:
+        n = min(n, limit)
     points = _renewal(rng, cv, n)
-    while points.size and points[-1] < horizon:
-        more = _renewal(rng, cv, max(n // 2, 16)) + points[-1]
+    while points.size and points[-1] < horizon and (limit is None or points.size < limit):
+        more = _renewal(rng, cv, max(n // 2, points.size // 2, 16)) + points[-1]
         points = np.concatenate([points, more])
-    return points[points < horizon]
+    points = points[points < horizon]
+    return points if limit is None else points[:limit]
 
 
 def parse_arrivals(value: object, path: str) -> Arrivals:
@@ -161,7 +221,7 @@ def parse_arrivals(value: object, path: str) -> Arrivals:
         result = Arrivals(process, (rate,), (0.0, 1.0))
     elif process == "gamma":
         rate = sec.number("rate", required=True, positive=True)
-        cv = sec.number("cv", required=True, positive=True)
+        cv = sec.number("cv", required=True, positive=True, maximum=MAX_CV)
         result = Arrivals(process, (rate,), (0.0, 1.0), cv)
     elif process == "diurnal":
         result = _diurnal(sec)
@@ -173,7 +233,9 @@ def parse_arrivals(value: object, path: str) -> Arrivals:
 
 def _diurnal(sec: Section) -> Arrivals:
     period = sec.number("period_s", 86400.0, positive=True)
-    cv = sec.number("cv", 1.0, positive=True)
+    if period < MIN_PERIOD_S:
+        raise sec.error("period_s", f"a period of at least {MIN_PERIOD_S:g} s", period)
+    cv = sec.number("cv", 1.0, positive=True, maximum=MAX_CV)
     if sec.has("curve"):
         curve = sec.raw("curve")
         if (
@@ -197,8 +259,14 @@ def _diurnal(sec: Section) -> Arrivals:
     edges = np.linspace(0.0, period, _SINE_SLICES + 1)
     w = 2 * np.pi / period
     # Exact mean of rate * (1 + a cos(w (t - peak))) over each slice.
-    cum = rate * (edges + amplitude / w * np.sin(w * (edges - peak)))
-    rates = np.maximum(np.diff(cum) / np.diff(edges), 0.0)
+    with np.errstate(all="ignore"):
+        cum = rate * (edges + amplitude / w * np.sin(w * (edges - peak)))
+        rates = np.maximum(np.diff(cum) / np.diff(edges), 0.0)
+    if not np.isfinite(rates).all() or rates.sum() <= 0:
+        raise TraceError(
+            f"{sec.path}: rate {rate:g} req/s over period_s {period:g} s gives no usable "
+            "rate curve; use ordinary sizes"
+        )
     return Arrivals("diurnal", tuple(rates), tuple(edges), cv)
 
 
@@ -207,7 +275,7 @@ def _onoff(sec: Section) -> Arrivals:
     off_rate = sec.number("off_rate", 0.0, minimum=0.0)
     on_s = sec.number("on_s", required=True, positive=True)
     off_s = sec.number("off_s", required=True, positive=True)
-    cv = sec.number("cv", 1.0, positive=True)
+    cv = sec.number("cv", 1.0, positive=True, maximum=MAX_CV)
     periods = sec.string("periods", "exponential", choices=("exponential", "fixed"))
     if periods == "fixed":
         return Arrivals(

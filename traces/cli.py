@@ -12,12 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.table import Table
 
 from traces.errors import TraceError
-from traces.fit import ARRIVAL_MODELS, LENGTH_MODELS, fit_synthetic
+from traces.fit import ARRIVAL_MODELS, LENGTH_MODELS, fit_synthetic, fitted_yaml
 from traces.loaders import FORMATS, load_trace
 from traces.stats import trace_stats
 
@@ -71,6 +70,13 @@ def add_trace_commands(subparsers: Any) -> argparse.ArgumentParser:
     )
     fit.add_argument(
         "--window", type=float, metavar="S", help="window for --arrival curve, in seconds"
+    )
+    fit.add_argument(
+        "--class",
+        dest="workload_class",
+        metavar="NAME",
+        help="every request's workload class, e.g. chat (picks the acceptance profile's "
+        "class; without it the output says to add one)",
     )
     fit.add_argument("--force", action="store_true", help="replace an existing --out file")
     fit.set_defaults(func=run_fit)
@@ -150,11 +156,8 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.out:  # checked before reading the trace
         check_file_destination(args.out, args.force, "--out")
     df = load_trace(args.file, args.format)
-    section = fit_synthetic(df, args.arrival, args.lengths, args.window)
-    header = f"# specsim workload fitted to {args.file} ({len(df):,} requests)\n"
-    text = header + yaml.safe_dump(
-        {"workload": section}, sort_keys=False, default_flow_style=None, width=100
-    )
+    section = fit_synthetic(df, args.arrival, args.lengths, args.window, args.workload_class)
+    text = fitted_yaml(section, args.file, len(df))
     if args.out:
         write_atomically(Path(args.out), lambda tmp: tmp.write_text(text, encoding="utf-8"),
                          "--out")

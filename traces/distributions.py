@@ -13,11 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from traces.errors import TraceError
-from traces.spec import Section, is_real
+from traces.errors import TraceError, show
+from traces.spec import Section, is_finite, is_real
 
 KINDS = ("fixed", "uniform", "lognormal", "exponential", "geometric", "empirical")
 _EMPIRICAL_COLUMNS = {"prompt": "prompt_tokens", "output": "output_tokens"}
+#: Integer draws are clipped here (2^53): larger counts are not exact in float64.
+MAX_INT = float(2**53)
 
 
 @dataclass(frozen=True)
@@ -49,9 +51,10 @@ class Distribution:
         else:
             x = rng.choice(p["values"], n).astype(np.float64)
         if self.integer:
-            x = np.rint(x)
-        x = np.clip(x, self.low, self.high)
-        return x.astype(np.int64) if self.integer else x
+            # Rounded, and kept where int64 (and float64) still hold integers exactly.
+            x = np.clip(np.rint(x), self.low, min(self.high, MAX_INT))
+            return x.astype(np.int64)
+        return np.clip(x, self.low, self.high)
 
     def mean(self) -> float:
         """The mean after clipping and rounding (estimated from fixed-seed draws)."""
@@ -113,8 +116,8 @@ def parse_distribution(
 ) -> Distribution:
     """Parse a distribution spec at key ``path``; ``low`` is the floor (1 token, 0 s)."""
     if is_real(value):
-        if value < low:
-            raise TraceError(f"{path}: expected a number >= {low:g}, got {value}")
+        if not is_finite(value) or value < low:
+            raise TraceError(f"{path}: expected a number >= {low:g}, got {show(value)}")
         return Distribution("fixed", {"value": float(value)}, low, float("inf"), integer)
     sec = Section(value, path)
     kind = sec.string("distribution", choices=KINDS)

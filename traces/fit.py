@@ -14,18 +14,39 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import yaml
 
-from traces.errors import TraceError
-from traces.stats import interarrival_cv, nice_window
+from traces.arrivals import MAX_CV, MIN_PERIOD_S
+from traces.errors import TraceError, names
+from traces.stats import check_window, interarrival_cv
 from traces.transforms import mean_rate
 
 ARRIVAL_MODELS = ("gamma", "curve")
 LENGTH_MODELS = ("empirical", "lognormal")
 _QUANTILE_POINTS = 101
+#: The CV written for a perfectly regular trace (the generator needs a positive one).
+MIN_FIT_CV = 0.001
 
 
 def _sig(x: float, digits: int = 5) -> float:
     return float(f"{x:.{digits}g}")
+
+
+def _check_rate(rate: float) -> None:
+    if rate <= 0:
+        raise TraceError("fit: the trace needs at least two distinct arrival times")
+    if not np.isfinite(rate) or _sig(rate) <= 0:
+        raise TraceError(
+            f"fit: the trace's arrivals span too short or too long a time to fit a rate "
+            f"({rate:.3g} req/s)"
+        )
+
+
+def _usable_cv(cv: float) -> float:
+    """A CV the generator takes: 1 when unknown, regular or extreme ones at the limits."""
+    if not np.isfinite(cv):
+        return 1.0
+    return float(min(max(cv, MIN_FIT_CV), MAX_CV))
 
 
 def fit_lengths(values: np.ndarray, model: str) -> dict[str, Any]:
@@ -47,9 +68,14 @@ def fit_lengths(values: np.ndarray, model: str) -> dict[str, Any]:
 def _curve(df: pd.DataFrame, window_s: float | None) -> dict[str, Any]:
     t = df["arrival_s"].to_numpy()
     span = float(t[-1])
+    if span < MIN_PERIOD_S:
+        raise TraceError(
+            f"fit: the trace spans {span:g} s; --arrival curve needs at least "
+            f"{MIN_PERIOD_S:g} s (use --arrival gamma)"
+        )
     # Equal slices that end at the last arrival: a part-empty last slice would drag the
     # rate down where the generator runs past the curve's end.
-    slices = max(int(round(span / (window_s or nice_window(span)))), 1)
+    slices = max(int(round(span / check_window(window_s, span, "--window"))), 1)
     window = span / slices
     counts = np.bincount(np.minimum((t / window).astype(np.int64), slices - 1), minlength=slices)
     rates = counts / window
@@ -57,7 +83,7 @@ def _curve(df: pd.DataFrame, window_s: float | None) -> dict[str, Any]:
     slot = np.minimum((t / window).astype(np.int64), slices - 1)
     same = slot[1:] == slot[:-1]
     gaps = np.diff(t)[same] * rates[slot[1:][same]]
-    cv = float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else 1.0
+    cv = _usable_cv(float(gaps.std() / gaps.mean()) if gaps.size > 1 and gaps.mean() > 0 else 1.0)
     return {
         "process": "diurnal",
         "curve": [_sig(r) for r in rates],
@@ -75,9 +101,8 @@ def fit_arrivals(
             f"fit: arrival model must be one of {', '.join(ARRIVAL_MODELS)}, got {model!r}"
         )
     rate = mean_rate(df)
-    if rate <= 0:
-        raise TraceError("fit: the trace needs at least two distinct arrival times")
-    cv = interarrival_cv(df)
+    _check_rate(rate)
+    cv = _usable_cv(interarrival_cv(df))
     if model == "curve":
         return _curve(df, window_s)
     if abs(cv - 1.0) < 0.05:
@@ -90,8 +115,15 @@ def fit_synthetic(
     arrival: str = "gamma",
     lengths: str = "empirical",
     window_s: float | None = None,
+    workload_class: str | None = None,
 ) -> dict[str, Any]:
-    """A ``workload:`` mapping (``{"synthetic": {...}}``) that build_workload accepts."""
+    """A ``workload:`` mapping (``{"synthetic": {...}}``) that build_workload accepts.
+
+    ``workload_class`` adds ``class: NAME`` (every request's class, which picks the
+    acceptance of the scenario's speculation profile).
+    """
+    if workload_class is not None and (not workload_class or not workload_class.strip()):
+        raise TraceError("--class: expected a workload class name, e.g. chat")
     if lengths not in LENGTH_MODELS:
         raise TraceError(
             f"fit: length model must be one of {', '.join(LENGTH_MODELS)}, got {lengths!r}"
@@ -100,9 +132,8 @@ def fit_synthetic(
         raise TraceError("fit: the trace needs at least two requests")
     t = df["arrival_s"].to_numpy()
     rate = mean_rate(df)
-    if rate <= 0:
-        raise TraceError("fit: the trace needs at least two distinct arrival times")
-    return {
+    _check_rate(rate)
+    section: dict[str, Any] = {
         "synthetic": {
             "arrival": fit_arrivals(df, arrival, window_s),
             "requests": int(len(df)),
@@ -111,3 +142,29 @@ def fit_synthetic(
             "output_tokens": fit_lengths(df["output_tokens"].to_numpy(), lengths),
         }
     }
+    if workload_class is not None:
+        section["class"] = workload_class.strip()
+    return section
+
+
+#: The comment a fitted section carries when no class was given: without one, every
+#: request is class ``default``, which the bundled acceptance profiles do not have.
+CLASS_HINT = (
+    "  # add `class: chat` (or code, math, ...) so the scenario's acceptance profile "
+    "applies\n  # (specsim trace fit --class NAME writes it)\n"
+)
+
+
+def fitted_yaml(section: dict[str, Any], source: str, requests: int) -> str:
+    """The text ``specsim trace fit`` prints: a comment header and the ``workload:`` YAML.
+
+    Pasted as a scenario's ``workload:`` section it runs; without a ``class`` it ends
+    with a comment saying to add one (see ``CLASS_HINT``).
+    """
+    text = f"# specsim workload fitted to {names([source])} ({requests:,} requests)\n"
+    text += yaml.safe_dump(
+        {"workload": section}, sort_keys=False, default_flow_style=None, width=100
+    )
+    if "class" not in section:
+        text += CLASS_HINT
+    return text

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from traces.errors import TraceError, at_line
+from traces.errors import TraceError, at_line, names
 from traces.formats import azure, burstgpt, generic, mooncake, vidur
 from traces.reading import first_line
 
@@ -33,7 +33,7 @@ def detect_format(path: Path, origin: str | None = None) -> tuple[str, bool]:
         raise at_line(
             origin,
             1,
-            f"unrecognised JSON lines (keys {', '.join(first)}); expected Mooncake "
+            f"unrecognised JSON lines (keys {names(first)}); expected Mooncake "
             "(timestamp, input_length, output_length, hash_ids) or generic "
             "(arrival_s, prompt_tokens, output_tokens)",
         )
@@ -44,7 +44,7 @@ def detect_format(path: Path, origin: str | None = None) -> tuple[str, bool]:
     raise at_line(
         origin,
         1,
-        f"unrecognised trace header ({', '.join(header)}); expected Azure (TIMESTAMP, "
+        f"unrecognised trace header ({names(header)}); expected Azure (TIMESTAMP, "
         "ContextTokens, GeneratedTokens), BurstGPT (Timestamp, Request tokens, Response "
         "tokens, ...), Vidur (arrived_at, num_prefill_tokens, num_decode_tokens) or generic "
         "(arrival_s, prompt_tokens, output_tokens); or name the format",

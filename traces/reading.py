@@ -7,10 +7,14 @@ JSON lines are parsed one at a time. Both know the file line of every row.
 
 from __future__ import annotations
 
+import csv
 import gzip
 import io
 import json
+import math
 import re
+import warnings
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -18,10 +22,16 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from traces.errors import TraceError, at_line
+from traces.errors import TraceError, at_line, names, show
 
 CHUNK_ROWS = 250_000
 _GZIP_MAGIC = b"\x1f\x8b"
+#: The largest integer (token count, id) a trace may hold: 2^53, exact in float64.
+MAX_INT = 2**53
+#: What reading a damaged, truncated or non-UTF-8 (gzip) file raises.
+READ_ERRORS = (OSError, UnicodeDecodeError, EOFError, zlib.error)
+#: Prefix block ids are hashes: any int64.
+_ID_RANGE = (-(2**63), 2**63 - 1)
 
 
 def is_gzip(path: Path) -> bool:
@@ -33,25 +43,30 @@ def is_gzip(path: Path) -> bool:
 def open_text(path: Path) -> IO[str]:
     """Open ``path`` for reading text, decompressing gzip transparently."""
     if is_gzip(path):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", newline="")
-    return open(path, encoding="utf-8", newline="")
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
+    return open(path, encoding="utf-8-sig", newline="")  # -sig: a byte order mark is skipped
 
 
 def first_line(path: Path, origin: str) -> str:
     """The first non-blank line of ``path`` (for format detection); TraceError if none."""
+    return _first_line(path, origin)[1]
+
+
+def _first_line(path: Path, origin: str) -> tuple[int, str]:
+    """``(line number, text)`` of the first non-blank line of ``path``."""
     try:
         with open_text(path) as fh:
-            for line in fh:
+            for number, line in enumerate(fh, start=1):
                 if line.strip():
-                    return line.strip().lstrip("\ufeff")
-    except (OSError, UnicodeDecodeError, EOFError) as exc:
+                    return number, line.strip().lstrip("\ufeff")
+    except READ_ERRORS as exc:
         raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
     raise at_line(origin, 1, "empty file: expected a header line or a JSON object")
 
 
-def _csv_header(path: Path, origin: str) -> list[str]:
-    line = first_line(path, origin)
-    return [name.strip().strip('"') for name in line.split(",")]
+def _csv_header(path: Path, origin: str) -> tuple[int, list[str]]:
+    number, line = _first_line(path, origin)
+    return number, [name.strip().strip('"') for name in line.split(",")]
 
 
 def iter_csv_chunks(
@@ -69,27 +84,30 @@ def iter_csv_chunks(
     a required column, a row with too many fields, or a header-only file raises
     TraceError with the line. ``keep`` columns must exist too (named by the scenario).
     """
-    header = _csv_header(path, origin)
+    header_line, header = _csv_header(path, origin)
     missing = [c for c in required if c not in header]
     if missing:
         what = f"the {fmt} format needs" if fmt else "needs"
         raise at_line(
             origin,
-            1,
+            header_line,
             f"missing column {missing[0]!r} ({what} {', '.join(required)}; "
-            f"the header has {', '.join(header)})",
+            f"the header has {names(header)})",
         )
     absent = [c for c in keep if c not in header]
     if absent:
         raise at_line(
             origin,
-            1,
-            f"no column {absent[0]!r} to take workload classes from (the header has {', '.join(header)})",
+            header_line,
+            f"no column {show(absent[0])} to take workload classes from "
+            f"(the header has {names(header)})",
         )
     wanted = list(dict.fromkeys([*required, *keep, *(c for c in optional if c in header)]))
     any_rows = False
     try:
-        # All columns are read (not usecols) so that a row with too many fields is an error.
+        # All columns are read (not usecols) so that a row with too many fields is an error;
+        # index_col=False stops pandas from taking a first row with one field too many as
+        # "the first column is the index" (it warns instead, and the warning is an error).
         reader = pd.read_csv(
             path,
             dtype=str,
@@ -99,10 +117,18 @@ def iter_csv_chunks(
             chunksize=chunk_rows,
             compression="gzip" if is_gzip(path) else None,
             encoding="utf-8-sig",
+            index_col=False,
+            skiprows=header_line - 1,  # blank lines above the header
         )
-        for chunk in reader:
+        for chunk in _chunks(reader, path, origin, len(header)):
+            absent = [c for c in wanted if c not in chunk.columns]
+            if absent:  # a header pandas reads otherwise (quotes, repeated names)
+                raise at_line(
+                    origin, header_line, f"cannot read column {show(absent[0])} from the header "
+                    f"({names(header)}); write plain, distinct column names"
+                )
             chunk = chunk[wanted]
-            lines = chunk.index.to_numpy() + 2
+            lines = chunk.index.to_numpy() + header_line + 1
             blank = (chunk == "").all(axis=1).to_numpy()
             if blank.any():
                 chunk, lines = chunk.loc[~blank], lines[~blank]
@@ -111,10 +137,38 @@ def iter_csv_chunks(
                 yield lines, chunk
     except pd.errors.ParserError as exc:
         raise _parser_error(exc, origin) from exc
-    except (UnicodeDecodeError, EOFError, OSError) as exc:
+    except READ_ERRORS as exc:
         raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
     if not any_rows:
-        raise at_line(origin, 2, "no requests after the header line")
+        raise at_line(origin, header_line + 1, "no requests after the header line")
+
+
+def _chunks(
+    reader: Iterator[pd.DataFrame], path: Path, origin: str, fields: int
+) -> Iterator[pd.DataFrame]:
+    """``reader``'s chunks; a row with more fields than the header is a TraceError."""
+    while True:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            try:
+                chunk = next(reader)
+            except StopIteration:
+                return
+            except pd.errors.ParserWarning:
+                raise _too_many_fields(path, origin, fields) from None
+        yield chunk
+
+
+def _too_many_fields(path: Path, origin: str, fields: int) -> TraceError:
+    """The first line with more than ``fields`` fields (pandas does not say which)."""
+    try:
+        with open_text(path) as fh:
+            for number, row in enumerate(csv.reader(fh), start=1):
+                if len(row) > fields:
+                    return at_line(origin, number, f"expected {fields} fields, saw {len(row)}")
+    except (*READ_ERRORS, csv.Error):
+        pass
+    return TraceError(f"{origin}: a row has more fields than the header ({fields})")
 
 
 def _parser_error(exc: Exception, origin: str) -> TraceError:
@@ -128,7 +182,7 @@ def _parser_error(exc: Exception, origin: str) -> TraceError:
 
 
 def _describe(value: Any) -> str:
-    return "an empty field" if value == "" else repr(value)
+    return "an empty field" if value == "" else show(value)
 
 
 def column_ints(
@@ -138,9 +192,12 @@ def column_ints(
     raw = chunk[column]
     values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
     bad = ~np.isfinite(values) | (values != np.floor(values)) | (values < minimum)
+    bad |= values > MAX_INT
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         kind = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
+        if values[i] > MAX_INT:
+            kind += " up to 2^53"
         raise at_line(
             origin, int(lines[i]), f"{column}: expected {kind}, got {_describe(raw.iloc[i])}"
         )
@@ -165,17 +222,29 @@ def column_floats(
 def column_times_ns(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str) -> np.ndarray:
     """Parse date-time strings (with or without a time zone) to UTC nanoseconds."""
     raw = chunk[column]
-    stamps = pd.to_datetime(raw, format="ISO8601", utc=True, errors="coerce")
-    bad = stamps.isna().to_numpy()
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise at_line(
-            origin,
-            int(lines[i]),
-            f"{column}: expected a date-time like 2023-11-16 18:15:46.68 (optionally with "
-            f"a time zone), got {_describe(raw.iloc[i])}",
-        )
-    return stamps.dt.as_unit("ns").astype("int64").to_numpy()
+    try:
+        stamps = pd.to_datetime(raw, format="ISO8601", utc=True, errors="coerce")
+        bad = stamps.isna().to_numpy()
+        if not bad.any():
+            return stamps.dt.as_unit("ns").astype("int64").to_numpy()
+    except (ValueError, OverflowError):  # out of the ns range (before 1677, after 2262)
+        bad = np.array([not _is_stamp(v) for v in raw], dtype=bool)
+    i = int(np.flatnonzero(bad)[0]) if bad.any() else 0
+    raise at_line(
+        origin,
+        int(lines[i]),
+        f"{column}: expected a date-time like 2023-11-16 18:15:46.68 (optionally with "
+        f"a time zone, between 1677 and 2262), got {_describe(raw.iloc[i])}",
+    )
+
+
+def _is_stamp(value: str) -> bool:
+    """A date-time within the nanosecond range (1677-2262)."""
+    try:
+        stamp = pd.to_datetime(value, format="ISO8601", utc=True)
+        return not pd.isna(stamp) and stamp.as_unit("ns") is not None
+    except (ValueError, OverflowError):
+        return False
 
 
 def check_sorted(times: np.ndarray, lines: np.ndarray, column: str, origin: str) -> None:
@@ -210,7 +279,7 @@ def iter_json_lines(path: Path, origin: str) -> Iterator[tuple[int, dict[str, An
                     )
                 seen = True
                 yield number, obj
-    except (UnicodeDecodeError, EOFError, OSError) as exc:
+    except READ_ERRORS as exc:
         raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
     if not seen:
         raise at_line(origin, 1, "empty file: expected one JSON object per line")
@@ -226,31 +295,40 @@ def json_field(
 ) -> Any:
     """Fetch ``obj[key]`` and check it; TraceError with the line when absent or wrong."""
     if key not in obj:
-        raise at_line(origin, number, f"missing field {key!r}")
+        raise at_line(origin, number, f"missing field {show(key)}")
     value = obj[key]
     if not check(value):
-        raise at_line(origin, number, f"{key}: expected {expected}, got {value!r}")
+        raise at_line(origin, number, f"{key}: expected {expected}, got {show(value)}")
     return value
 
 
 def is_int(value: Any, minimum: int = 0) -> bool:
-    """A JSON integer (or integral float) >= ``minimum``; booleans are not numbers."""
+    """A JSON integer (or integral float) from ``minimum`` to 2^53; booleans are not numbers."""
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
-        return value >= minimum
-    return isinstance(value, float) and value.is_integer() and value >= minimum
+        return minimum <= value <= MAX_INT
+    return isinstance(value, float) and value.is_integer() and minimum <= value <= MAX_INT
 
 
 def is_number(value: Any) -> bool:
-    """A finite JSON number (booleans excluded)."""
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and bool(np.isfinite(value))
-    )
+    """A finite JSON number (booleans excluded; an int too large for a float is not)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
 
 
 def is_int_list(value: Any) -> bool:
-    """A JSON list of integers (block hash ids)."""
+    """A JSON list of 64-bit integers (block hash ids)."""
+    low, high = _ID_RANGE
     return isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
+        isinstance(v, int) and not isinstance(v, bool) and low <= v <= high for v in value
     )
+
+
+def is_block_id(value: int) -> bool:
+    """A block id fits in 64 bits."""
+    return _ID_RANGE[0] <= value <= _ID_RANGE[1]

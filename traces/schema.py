@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.errors import TraceError
+from traces.errors import TraceError, show
 
 #: Tokens per prefix block, as in Mooncake's ``hash_ids`` (one id per 512-token block).
 BLOCK_TOKENS = 512
@@ -84,9 +84,7 @@ def _first_bad(mask: np.ndarray) -> int | None:
 
 
 def _row_error(origin: str, row: int, column: str, expected: str, value: Any) -> TraceError:
-    if isinstance(value, np.generic):
-        value = value.item()
-    return TraceError(f"{origin} row {row}: {column}: expected {expected}, got {value!r}")
+    return TraceError(f"{origin} row {row}: {column}: expected {expected}, got {show(value)}")
 
 
 def _as_int_column(df: pd.DataFrame, column: str, origin: str, minimum: int | None) -> np.ndarray:
@@ -96,7 +94,7 @@ def _as_int_column(df: pd.DataFrame, column: str, origin: str, minimum: int | No
         bad = values < minimum if minimum is not None else np.zeros(len(values), dtype=bool)
     else:
         values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        bad = ~np.isfinite(values) | (values != np.round(values))
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > 2.0**53)
         if minimum is not None:
             bad |= values < minimum
     row = _first_bad(bad)
@@ -166,7 +164,7 @@ def validate_trace(df: pd.DataFrame, origin: str) -> pd.DataFrame:
     if row is not None:
         raise TraceError(
             f"{origin} row {row + 1}: arrival_s: expected non-decreasing times, "
-            f"got {arrival[row + 1].item()!r} after {arrival[row].item()!r}"
+            f"got {show(arrival[row + 1])} after {show(arrival[row])}"
         )
 
     out: dict[str, Any] = {"arrival_s": arrival, "request_id": np.arange(n, dtype=np.int64)}

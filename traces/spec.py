@@ -11,22 +11,32 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from traces.errors import TraceError
+from traces.errors import TraceError, show
+
+#: The largest integer a key takes (2^53: exact as a float, far inside int64).
+MAX_INT = 2**53
 
 
 def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
     if isinstance(value, Mapping):
         return "a mapping"
     if isinstance(value, list | tuple):
         return "a list"
-    return str(value)
+    return show(value)
 
 
 def is_real(value: Any) -> bool:
     """A YAML number (int or float), not a boolean."""
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def is_finite(value: int | float) -> bool:
+    """A finite number that fits a float (an int past 1e308 does not)."""
+    try:
+        number = float(value)
+    except OverflowError:
+        return False
+    return number == number and abs(number) != float("inf")
 
 
 class Section:
@@ -37,7 +47,7 @@ class Section:
             raise TraceError(f"{path}: expected a mapping of keys, got {_show(data)}")
         bad = [k for k in data if not isinstance(k, str)]
         if bad:
-            raise TraceError(f"{path}: keys must be names, got {bad[0]!r}")
+            raise TraceError(f"{path}: keys must be names, got {show(bad[0])}")
         self.data: Mapping[str, Any] = data
         self.path = path
         self.asked: set[str] = set()
@@ -93,7 +103,7 @@ class Section:
                 raise TraceError(f"{self.key(name)}: missing; expected {kind}")
             return default
         value = self.data[name]
-        ok = is_real(value) and value == value and abs(value) != float("inf")
+        ok = is_real(value) and is_finite(value)
         if ok and integer:
             ok = float(value).is_integer()
         if ok and positive:
@@ -102,6 +112,8 @@ class Section:
             ok = value >= minimum
         if ok and maximum is not None:
             ok = value <= maximum
+        if ok and integer and abs(value) > MAX_INT:  # counts past 2^53 are not exact
+            ok, kind = False, f"{kind} up to 2^53"
         if not ok:
             raise self.error(name, kind, value)
         return int(value) if integer else float(value)
@@ -146,7 +158,7 @@ class Section:
         if not path.is_absolute():
             path = base_dir / path
         if not path.is_file():
-            raise TraceError(f"{self.key(name)}: no such file {str(path)!r}")
+            raise TraceError(f"{self.key(name)}: no such file {show(str(path))}")
         return path
 
     def finish(self) -> None:
@@ -155,5 +167,5 @@ class Section:
             if name not in self.asked:
                 hint = difflib.get_close_matches(name, sorted(self.asked), n=1)
                 allowed = ", ".join(sorted(self.asked)) or "none"
-                tip = f"did you mean {hint[0]!r}? " if hint else ""
+                tip = f"did you mean {show(hint[0])}? " if hint else ""
                 raise TraceError(f"{self.key(name)}: unknown key ({tip}expected one of: {allowed})")

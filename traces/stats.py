@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traces.errors import TraceError, show
 from traces.transforms import mean_rate
 
 QUANTILES = (0.5, 0.9, 0.99)
@@ -24,6 +25,24 @@ def nice_window(span_s: float, target: int = 60) -> float:
         if raw <= step * exp:
             return float(step * exp)
     return float(10 * exp)
+
+
+#: The most rate windows a trace is cut into (``--window`` far below the span).
+MAX_WINDOWS = 100_000
+
+
+def check_window(window_s: float | None, span_s: float, key: str) -> float:
+    """``window_s`` (or a nice default for ``span_s``), refused when not a usable length."""
+    if window_s is None:
+        return nice_window(span_s)
+    if not (np.isfinite(window_s) and window_s > 0):
+        raise TraceError(f"{key}: expected a positive number of seconds, got {show(window_s)}")
+    if span_s / window_s > MAX_WINDOWS:
+        raise TraceError(
+            f"{key}: {window_s:g} s windows over the trace's {span_s:g} s make "
+            f"{span_s / window_s:,.0f} windows (at most {MAX_WINDOWS:,}); use longer ones"
+        )
+    return float(window_s)
 
 
 def interarrival_cv(df: pd.DataFrame) -> float:
@@ -43,7 +62,7 @@ def rate_over_time(df: pd.DataFrame, window_s: float | None = None) -> pd.DataFr
     """
     t = df["arrival_s"].to_numpy()
     span = float(t[-1]) if t.size else 0.0
-    window = window_s or nice_window(span)
+    window = check_window(window_s, span, "--window")
     edges = np.arange(0.0, span, window)
     if edges.size == 0:
         edges = np.array([0.0])
@@ -95,7 +114,7 @@ def trace_stats(df: pd.DataFrame, window_s: float | None = None) -> dict[str, An
         else pd.DataFrame(columns=["start_s", "end_s", "requests", "rate"])
     )
     sessions = df["session_id"].to_numpy()
-    window = float(window_s or nice_window(float(t[-1]) if t.size else 0.0))
+    window = check_window(window_s, float(t[-1]) if t.size else 0.0, "--window")
     return {
         "requests": int(len(df)),
         "duration_s": float(t[-1] - t[0]) if t.size else 0.0,

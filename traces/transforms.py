@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from traces.errors import TraceError
+from traces.errors import TraceError, show
 from traces.schema import BLOCK_TOKENS, validate_trace
 
 CONTEXT_POLICIES = ("truncate", "drop", "error")
@@ -131,6 +131,9 @@ def class_mix(df: pd.DataFrame, mix: Mapping[str, float], rng: np.random.Generat
     """Draw a class per session (or request) with the given weights."""
     names = list(mix)
     weights = np.asarray([mix[k] for k in names], dtype=np.float64)
+    with np.errstate(over="ignore"):
+        if not np.isfinite(weights.sum()):  # weights near the float limit: scale them down
+            weights = weights / weights.max()
     unit = _units(df)
     codes, inverse = np.unique(unit, return_inverse=True)
     picks = rng.choice(len(names), size=len(codes), p=weights / weights.sum())
@@ -148,7 +151,7 @@ def class_from_column(
         unknown = sorted(set(values.unique()) - set(mapping))
         if unknown:
             raise TraceError(
-                f"{path}: value {unknown[0]!r} of column {column!r} is not in class_map "
+                f"{path}: value {show(unknown[0])} of column {show(column)} is not in class_map "
                 f"(it maps {', '.join(sorted(mapping))})"
             )
         values = values.map(mapping)

@@ -14,10 +14,10 @@ from typing import Any
 import pandas as pd
 
 from traces import transforms as tf
-from traces.errors import TraceError
+from traces.errors import TraceError, show
 from traces.loaders import FORMATS, load_trace
 from traces.seeding import stream
-from traces.spec import Section, is_real
+from traces.spec import Section, is_finite, is_real
 from traces.synthetic import SyntheticSpec, generate, parse_synthetic
 
 TRANSFORM_KEYS = (
@@ -68,11 +68,11 @@ def _class_mix(sec: Section) -> dict[str, float]:
     for name, weight in raw.items():
         if not isinstance(name, str) or not name:
             raise sec.error("class_mix", "class names as keys", name)
-        if not is_real(weight) or weight < 0:
+        if not is_real(weight) or not is_finite(weight) or weight < 0:
             raise TraceError(
-                f"{sec.key('class_mix')}.{name}: expected a weight >= 0, got {weight!r}"
+                f"{sec.key('class_mix')}.{name}: expected a weight >= 0, got {show(weight)}"
             )
-    if sum(raw.values()) <= 0:
+    if sum(float(w) for w in raw.values()) <= 0:
         raise sec.error("class_mix", "at least one positive weight", raw)
     return {k: float(v) for k, v in raw.items()}
 
@@ -172,7 +172,7 @@ def parse_workload(section: dict[str, Any], base_dir: Path, seed: int) -> Worklo
     keys = _Keys(root, src)
     seed = keys.at("seed").integer("seed", seed, minimum=0)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise TraceError(f"workload.seed: expected an integer >= 0, got {seed!r}")
+        raise TraceError(f"workload.seed: expected an integer >= 0, got {show(seed)}")
     plan = WorkloadPlan(kind=kind, seed=seed)
     _parse_source(plan, src, Path(base_dir))
     _parse_transforms(plan, keys)
@@ -199,8 +199,16 @@ def _produce(plan: WorkloadPlan, log: list[str]) -> pd.DataFrame:
             log.append(f"failed requests {verb}: {df.attrs['failed_requests']}")
         return df
     assert plan.synthetic is not None
-    df = generate(plan.synthetic, plan.seed, qps=plan.qps, origin="workload.synthetic")
-    log.append(f"synthetic {plan.synthetic.arrivals.process}: {len(df)} requests")
+    # max_requests keeps the first N by arrival; with nothing before it that drops
+    # requests (window, sample), the generator stops after those N instead of drawing all.
+    unfiltered = plan.start_s is None and plan.end_s is None
+    unfiltered = unfiltered and plan.sample_fraction is None and plan.sample_n is None
+    limit = plan.max_requests if unfiltered else None
+    df = generate(
+        plan.synthetic, plan.seed, qps=plan.qps, origin="workload.synthetic", limit=limit
+    )
+    drawn = f" (the first {limit}: max_requests)" if limit is not None else ""
+    log.append(f"synthetic {plan.synthetic.arrivals.process}: {len(df)} requests{drawn}")
     return df
 
 

@@ -40,6 +40,9 @@ def load(
     }, keep_columns=keep_columns)
     stamps = cols["arrival"]
     base = stamps.min() if sort else stamps[0]
-    arrival = (stamps - base).astype(np.float64) / 1e9
+    # (a span past int64 nanoseconds, ~292 years, would wrap around: measured as floats)
+    span = stamps.astype(np.float64) - float(base)
+    arrival = np.where(np.abs(span) < 2.0**62, stamps - base, 0).astype(np.float64) / 1e9
+    arrival = np.where(np.abs(span) < 2.0**62, arrival, span / 1e9)
     return assemble(origin, lines, arrival, cols["prompt"], cols["output"],
                     keep_failed=keep_failed, sort=sort, time_column="TIMESTAMP", extras=extras)

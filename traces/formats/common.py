@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.errors import at_line
+from traces.errors import at_line, show
 from traces.reading import check_sorted, iter_csv_chunks
 from traces.schema import make_trace
 
@@ -83,8 +83,10 @@ def assemble(
     negative = np.flatnonzero(arrival_s < 0)
     if negative.size:
         i = int(negative[0])
+        if not sort and i > 0:  # (Azure's times are after the first row's: it went back)
+            check_sorted(arrival_s[: i + 1], lines[: i + 1], time_column, origin)
         raise at_line(
-            origin, int(lines[i]), f"{time_column}: expected a time >= 0, got {arrival_s[i]!r}"
+            origin, int(lines[i]), f"{time_column}: expected a time >= 0, got {show(arrival_s[i])}"
         )
     failed_mask = output == 0 if failed is None else (failed | (output == 0))
     n_failed = int(failed_mask.sum())
@@ -104,7 +106,8 @@ def assemble(
         check_sorted(arrival_s, lines, time_column, origin)
     df = make_trace(arrival_s, prompt, output, origin, **columns)
     for name, values in extras.items():
-        df[name] = values
+        if name not in df.columns:  # a schema column (generic's own) is already parsed
+            df[name] = values
     df.attrs["source"] = origin
     df.attrs["failed_requests"] = n_failed
     df.attrs["failed_kept"] = bool(keep_failed and n_failed)

@@ -16,11 +16,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.errors import at_line
+from traces.errors import at_line, show
 from traces.formats.common import assemble, concat
 from traces.reading import (
     column_floats,
     column_ints,
+    is_block_id,
     is_int,
     is_int_list,
     is_number,
@@ -60,11 +61,15 @@ def _parse_blocks(text: str, line: int, origin: str) -> tuple[int, ...]:
     if not body:
         return ()
     try:
-        return tuple(int(part) for part in _SPLIT.split(body) if part)
-    except ValueError as exc:
+        ids = tuple(int(part) for part in _SPLIT.split(body) if part)
+    except ValueError:
+        ids = None
+    if ids is None or not all(is_block_id(i) for i in ids):
         raise at_line(
-            origin, line, f"prefix_block_ids: expected integers separated by spaces, got {text!r}"
-        ) from exc
+            origin, line, f"prefix_block_ids: expected 64-bit integers separated by spaces, "
+            f"got {show(text)}"
+        )
+    return ids
 
 
 def _optional_ints(
@@ -104,7 +109,8 @@ def _load_csv(
                 raise at_line(
                     origin,
                     int(lines[i]),
-                    f"temperature: expected a number >= 0 or an empty field, got {chunk['temperature'].iloc[i]!r}",
+                    "temperature: expected a number >= 0 or an empty field, "
+                    f"got {show(chunk['temperature'].iloc[i])}",
                 )
             add("temperature", values)
         for column, default in (("workload_class", DEFAULT_CLASS), ("slo_tier", DEFAULT_SLO_TIER)):
