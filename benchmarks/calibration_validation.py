@@ -23,14 +23,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cost_models.calibrate.fit import (  # noqa: E402
+from specsim.cost_models.calibrate.fit import (  # noqa: E402
     calibration_of,
     hardware_from_profile,
     model_spec_from_shape,
     precision_for,
 )
-from cost_models.roofline import ForwardCostModel, attention_area  # noqa: E402
-from simulator.calibration_replay import simulate_runs  # noqa: E402
+from specsim.cost_models.roofline import ForwardCostModel, attention_area  # noqa: E402
+from specsim.simulator.calibration_replay import simulate_runs  # noqa: E402
 
 DEFAULT_PROFILE = REPO / "cost_models" / "calibrations" / "cpu-example.yaml"
 DEFAULT_PLOT = REPO / "docs" / "img" / "calibration_cpu.png"
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="cpu-example")
     args = ap.parse_args(argv)
     if args.run:
-        from cost_models.calibrate.run import calibrate
+        from specsim.cost_models.calibrate.run import calibrate
 
         calibrate(quick=args.run == "quick", out=args.profile, name=args.name,
                   simulate_runs=simulate_runs)

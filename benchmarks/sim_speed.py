@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 CHILD = r"""
 import json, resource, sys, time
-from simulator.engine import run_scenario
+from specsim.simulator.cluster.engine import run_scenario
 scenario, n, fast = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 t0 = time.perf_counter()
 r = run_scenario(scenario, overrides={"workload.synthetic.requests": n,

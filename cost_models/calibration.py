@@ -55,7 +55,7 @@ def uncalibrated_default(hardware_name: str) -> Calibration:
 
 
 def _bundled_dir() -> Any:
-    return resources.files("cost_models").joinpath("calibrations")
+    return resources.files(__package__).joinpath("calibrations")
 
 
 def list_profiles() -> list[str]:
@@ -85,7 +85,9 @@ def load_profile(ref: str, base_dir: Path | None = None, where: str = "calibrati
         raise CatalogError(f"{where}: no calibration profile {ref!r} (bundled: "
                            f"{', '.join(list_profiles()) or 'none'}; or give a YAML file path)")
     try:
-        from simulator.yamlio import load as load_yaml  # YAML 1.2 numbers (1e-5); lazy: no cycle
+        from specsim.yamlio import (
+            load as load_yaml,  # YAML 1.2 numbers (1e-5); lazy: no cycle
+        )
 
         data = load_yaml(text)
     except yaml.YAMLError as exc:

@@ -23,7 +23,7 @@ MIN_POSITIVE = 1e-6  # and on the smallest positive one (TFLOP/s, GB, GB/s, W)
 
 
 def _load_yaml(name: str) -> dict[str, Any]:
-    text = resources.files("cost_models").joinpath("data", name).read_text()
+    text = resources.files(__package__).joinpath("data", name).read_text()
     return yaml.safe_load(text) or {}
 
 

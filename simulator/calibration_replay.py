@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from cost_models.calibrate.config import SMOLLM2_135M
+from specsim.cost_models.calibrate.config import SMOLLM2_135M
 
 
 def smollm2_entry(n_layers: int | None = None) -> dict[str, Any]:
@@ -85,7 +85,7 @@ def simulate_runs(runs: list[dict[str, Any]], profile_path: str | Path,
     run is simulated with ``seeds`` seeds and the means are reported (the expectation given
     the measured acceptance, which is what the closed form computes too).
     """
-    from .engine import run_scenario
+    from specsim.simulator.cluster.engine import run_scenario
 
     rows = []
     for run in runs:

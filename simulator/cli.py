@@ -9,13 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.table import Table
 
-from .engine import USER_ERRORS, in_file, load_scenario, run_scenario
 
-console = Console(stderr=True)
+def _err_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def _fmt(x, scale: float = 1.0, digits: int = 2) -> str:
@@ -26,6 +29,8 @@ def _fmt(x, scale: float = 1.0, digits: int = 2) -> str:
 
 def summary_table(m: dict) -> Table:
     """The summary a person reads after a run: latency, then throughput, speculation, cost."""
+    from rich.table import Table
+
     tab = Table(title=f"specsim: {m['scenario']} (seed {m['seed']})", show_header=True)
     tab.add_column("metric")
     tab.add_column("mean", justify="right")
@@ -72,6 +77,8 @@ def summary_table(m: dict) -> Table:
 def _progress_bar(total_requests: int):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    console = _err_console()
+
     prog = Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/"
                     "{task.total} arrivals"), TextColumn("t={task.fields[sim_t]:.1f}s"),
                     TimeElapsedColumn(), console=console, transient=True)
@@ -84,8 +91,12 @@ def _progress_bar(total_requests: int):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .engine import build_trace
-    from .output import check_destination, write_outputs
+    from rich.console import Console
+
+    from specsim.simulator.cluster.engine import build_trace, in_file, load_scenario, run_scenario
+    from specsim.simulator.report.output import check_destination, write_outputs
+
+    console = _err_console()
 
     if args.out:  # a place we may not write is refused before any simulating
         check_destination(Path(args.out), args.force)
@@ -93,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     sc, base, origin = load_scenario(source, args.set, args.seed)
     show = sc["simulation"]["progress"] and not args.quiet
     if show:
-        from cost_models.catalog import get_model
+        from specsim.cost_models.catalog import get_model
 
         with in_file(origin):
             trace = build_trace(sc, base, get_model(sc["model"], "model").max_context)
@@ -117,8 +128,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from . import limits
-    from .engine import Deployment, build_trace, workload_key
+    from specsim import limits
+    from specsim.simulator.cluster.engine import (
+        Deployment,
+        build_trace,
+        in_file,
+        load_scenario,
+        workload_key,
+    )
 
     sc, base, origin = load_scenario(args.scenario, args.set, None)
     with in_file(origin):  # every cross-key rule, the catalogs and the workload; no simulation
@@ -133,7 +150,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
 
-    from .schema import json_schema
+    from specsim.simulator.scenario.schema import json_schema
 
     print(json.dumps(json_schema(), indent=2))
     return 0
@@ -150,7 +167,7 @@ def _version() -> str:
 
 def _simulate_runs(*args, **kwargs):
     """The calibration's replay through the simulator (imported only when calibrating)."""
-    from .calibration_replay import simulate_runs
+    from specsim.simulator.calibration_replay import simulate_runs
 
     return simulate_runs(*args, **kwargs)
 
@@ -185,12 +202,21 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_validate)
     sch = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
     sch.set_defaults(func=cmd_schema)
-    from cost_models.calibrate.cli import add_calibrate_command
-    from traces.cli import add_trace_commands
+    from specsim.cost_models.calibrate.cli import add_calibrate_command
+    from specsim.traces.cli import add_trace_commands
 
     add_trace_commands(sub)
     add_calibrate_command(sub, simulate_runs=_simulate_runs)  # imports torch only when run
     return p
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The errors that are the user's input, printed as one line (exit 2)."""
+    from specsim.cost_models.errors import CatalogError
+    from specsim.errors import ScenarioError
+    from specsim.traces.errors import TraceError
+
+    return ScenarioError, CatalogError, TraceError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except USER_ERRORS as exc:
+    except user_errors() as exc:
         print(f"specsim: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,6 +1,6 @@
 """One registry per policy axis: a policy registers by name, a scenario picks it by name.
 
-    from simulator.registry import ROUTERS
+    from specsim.simulator.registry import ROUTERS
 
     @ROUTERS.register("my_router")
     class MyRouter(Router): ...
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ScenarioError
+from specsim.errors import ScenarioError
 
 
 class Registry:

@@ -5,9 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator import run_scenario
-from simulator.acceptance import AcceptanceModel, build_acceptance, class_acceptance
-from simulator.errors import ScenarioError
+from specsim.errors import ScenarioError
+from specsim.simulator import run_scenario
+from specsim.simulator.speculation.acceptance import (
+    AcceptanceModel,
+    build_acceptance,
+    class_acceptance,
+)
 from tests.conftest import make_trace
 
 TRACE = make_trace(10, gap=1e4, prompt=32, output=6000)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.acceptance import alpha_from_tau, expected_tokens_per_step
-from simulator.engine import run_scenario
+from specsim.simulator.cluster.engine import run_scenario
+from specsim.simulator.speculation.acceptance import alpha_from_tau, expected_tokens_per_step
 from tests.conftest import make_trace
 
 BASE = {

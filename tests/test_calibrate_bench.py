@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from cost_models.errors import CatalogError
+from specsim.cost_models.errors import CatalogError
 
 
 def test_missing_torch_is_a_one_line_install_hint(monkeypatch, capsys):
-    from cost_models.calibrate import INSTALL_HINT, require_torch
-    from simulator.cli import main
+    from specsim.cost_models.calibrate import INSTALL_HINT, require_torch
+    from specsim.simulator.cli import main
 
     monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` fail
     with pytest.raises(CatalogError, match=r"pip install -e '\.\[calibrate\]'"):
@@ -22,8 +22,8 @@ def test_missing_torch_is_a_one_line_install_hint(monkeypatch, capsys):
 
 torch = pytest.importorskip("torch", reason="needs the calibrate extra: pip install -e '.[calibrate]'")
 
-from cost_models.calibrate import bench  # noqa: E402
-from cost_models.calibrate.model import ModelConfig  # noqa: E402
+from specsim.cost_models.calibrate import bench  # noqa: E402
+from specsim.cost_models.calibrate.model import ModelConfig  # noqa: E402
 
 SMALL = ModelConfig(n_layers=4, hidden_size=128, n_heads=4, n_kv_heads=2, head_dim=32,
                     intermediate_size=256, vocab_size=512, max_context=1024, name="small")
@@ -42,7 +42,7 @@ def test_grid_times_every_point_with_the_simulator_aggregates():
 
 
 def test_ceilings_and_hardware_entry_are_catalog_valid():
-    from cost_models.catalog import hardware_from_dict
+    from specsim.cost_models.catalog import hardware_from_dict
 
     peak = bench.measure_peak_flops("float32", n=256, repeats=1)
     bw = bench.measure_bandwidth(mbytes=16, repeats=1)
@@ -60,8 +60,8 @@ def test_contention_meter_reads_zero_or_more():
 
 
 def test_calibrate_pipeline_writes_a_loadable_profile(tmp_path, monkeypatch):
-    from cost_models.calibrate.run import calibrate
-    from cost_models.calibration import load_profile
+    from specsim.cost_models.calibrate.run import calibrate
+    from specsim.cost_models.calibration import load_profile
 
     monkeypatch.setattr(bench, "QUICK_GRID", bench.Grid(batch=(1, 2), q=(1, 3, 9), ctx=(16, 64),
                                                         layers=(2, 1), warmup=1, repeats=2))
@@ -75,7 +75,7 @@ def test_calibrate_pipeline_writes_a_loadable_profile(tmp_path, monkeypatch):
 
 
 def test_bad_device_is_a_catalog_error():
-    from cost_models.calibrate.run import calibrate
+    from specsim.cost_models.calibrate.run import calibrate
 
     with pytest.raises(CatalogError, match="--device"):
         calibrate(device="tpu", e2e=False, progress=None)

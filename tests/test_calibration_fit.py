@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from cost_models.calibrate.fit import (
+from specsim.cost_models.calibrate.fit import (
     calibration_of,
     fit_from_measurements,
     fit_grid,
@@ -22,10 +22,10 @@ from cost_models.calibrate.fit import (
     read_measurements,
     write_profile,
 )
-from cost_models.calibration import load_profile
-from cost_models.catalog import get_hardware, get_model, get_precision, hardware_from_dict
-from cost_models.errors import CatalogError
-from cost_models.roofline import ForwardCostModel, attention_area
+from specsim.cost_models.calibration import load_profile
+from specsim.cost_models.catalog import get_hardware, get_model, get_precision, hardware_from_dict
+from specsim.cost_models.errors import CatalogError
+from specsim.cost_models.roofline import ForwardCostModel, attention_area
 
 TRUE = (0.62, 0.74, 25e-6, 400e-6)  # eta_c, eta_m, per layer, per pass
 
@@ -103,7 +103,7 @@ def test_fit_from_measurements_small_csv(tmp_path):
 
 
 def test_calibrate_cli_from_measurements(tmp_path, capsys):
-    from simulator.cli import main
+    from specsim.simulator.cli import main
 
     csv = _write_csv(tmp_path / "engine.csv")
     out = tmp_path / "fitted.yaml"
@@ -168,7 +168,7 @@ def test_committed_cpu_profile_loads_and_prices_its_cpu():
 
 
 def test_profile_yaml_round_trip_keeps_the_four_numbers(tmp_path):
-    from cost_models.calibrate.fit import FitResult, error_summary, profile_dict
+    from specsim.cost_models.calibrate.fit import FitResult, error_summary, profile_dict
 
     res = FitResult(calibration_of(TRUE), pd.DataFrame(), error_summary(np.array([1.0, 2.0])),
                     error_summary(np.array([3.0])))
@@ -199,7 +199,7 @@ def test_validation_script_reads_the_committed_profile_and_plots(tmp_path, capsy
 def test_measured_runs_become_valid_simulator_scenarios():
     """Each committed end-to-end run maps to a one-request scenario the simulator accepts."""
     pytest.importorskip("simpy")
-    from simulator.calibration_replay import simulate_runs
+    from specsim.simulator.calibration_replay import simulate_runs
     from tests.conftest import REPO
 
     path = REPO / "cost_models" / "calibrations" / "cpu-example.yaml"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.cli import main
+from specsim.simulator.cli import main
 from tests.conftest import REPO
 
 CHAT = REPO / "scenarios" / "chat.yaml"
@@ -135,7 +135,7 @@ def test_model_too_large_names_both_sizes(tmp_path, capsys):
 
 def test_subprocess_error_has_no_traceback(tmp_path):
     path, _ = _bad(tmp_path, lambda d: d.update({"model": "nope"}))
-    p = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(path), "--quiet"],
+    p = subprocess.run([sys.executable, "-m", "specsim.simulator.cli", "run", str(path), "--quiet"],
                        capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 2
     assert "Traceback" not in p.stderr

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from simulator.cli import build_parser, main
+from specsim.simulator.cli import build_parser, main
 
 
 def test_version(capsys):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.arrivals import ClosedLoopSpec
-from simulator.engine import run_scenario
+from specsim.simulator.cluster.arrivals import ClosedLoopSpec
+from specsim.simulator.cluster.engine import run_scenario
+from specsim.traces.distributions import Distribution
 from tests.conftest import make_trace
-from traces.distributions import Distribution
 
 
 def scenario(router="round_robin", method="draft_model"):

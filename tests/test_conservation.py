@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.engine import run_scenario
-from simulator.registry import ROUTERS
+from specsim.simulator.cluster.engine import run_scenario
+from specsim.simulator.registry import ROUTERS
 from tests.conftest import make_trace
 
 
@@ -102,7 +102,7 @@ def test_fast_path_gives_the_step_by_step_result(router):
 
 
 def test_request_table_keeps_every_trace_column():
-    from simulator.requests import RequestTable
+    from specsim.simulator.cluster.requests import RequestTable
 
     tr = make_trace(4, gap=1.0)
     tr["session_id"] = [7, 7, -1, 9]

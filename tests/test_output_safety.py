@@ -8,9 +8,9 @@ import stat
 
 import pytest
 
-import simulator.engine as engine
-from simulator import output
-from simulator.cli import main
+import specsim.simulator.cluster.engine as engine
+from specsim.simulator.cli import main
+from specsim.simulator.report import output
 from tests.conftest import REPO
 
 CHAT = str(REPO / "scenarios" / "chat.yaml")
@@ -32,7 +32,6 @@ def no_simulation(monkeypatch):
         raise AssertionError("the simulation ran")
 
     monkeypatch.setattr(engine, "run_scenario", boom)
-    monkeypatch.setattr("simulator.cli.run_scenario", boom)
 
 
 def snapshot(folder):

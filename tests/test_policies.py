@@ -9,14 +9,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator import schema
-from simulator.cli import main
-from simulator.engine import run_scenario
-from simulator.errors import ScenarioError
-from simulator.eviction import LeastProgress, Newest
-from simulator.registry import EVICTION, ROUTERS, SPECULATION_POLICIES
-from simulator.router import Decision, Router
-from simulator.speculation import SpeculationPolicy
+from specsim.errors import ScenarioError
+from specsim.simulator.cli import main
+from specsim.simulator.cluster.engine import run_scenario
+from specsim.simulator.kv.eviction import LeastProgress, Newest
+from specsim.simulator.registry import EVICTION, ROUTERS, SPECULATION_POLICIES
+from specsim.simulator.routing.routers import Decision, Router
+from specsim.simulator.scenario import schema
+from specsim.simulator.speculation.drafters import SpeculationPolicy
 from tests.conftest import make_trace
 
 
@@ -78,7 +78,7 @@ def test_unknown_policy_names_list_the_registered_ones():
 
 
 def test_eviction_orders():
-    from simulator.requests import RequestTable
+    from specsim.simulator.cluster.requests import RequestTable
 
     tr = make_trace(4, gap=1.0, prompt=100)
     tr["prompt_tokens"] = [100, 300, 300, 50]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from cost_models.errors import CatalogError
-from simulator import run_scenario
+from specsim.cost_models.errors import CatalogError
+from specsim.simulator import run_scenario
 from tests.conftest import make_trace
 
 TRACE = make_trace(40, rate=2.0, prompt=200, output=200)

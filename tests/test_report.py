@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.engine import run_scenario
-from simulator.report import UNCALIBRATED_LINE, write_report
+from specsim.simulator.cluster.engine import run_scenario
+from specsim.simulator.report.report import UNCALIBRATED_LINE, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALL_PLOTS = {"latency_cdf.png", "timeline.png", "acceptance.png", "iteration_time.png"}

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cost_models.calibration import uncalibrated_default
-from cost_models.catalog import get_hardware, get_model, get_precision, model_catalog
-from cost_models.errors import CatalogError
-from cost_models.roofline import BatchShape, ForwardCostModel, attention_area
+from specsim.cost_models.calibration import uncalibrated_default
+from specsim.cost_models.catalog import get_hardware, get_model, get_precision, model_catalog
+from specsim.cost_models.errors import CatalogError
+from specsim.cost_models.roofline import BatchShape, ForwardCostModel, attention_area
 
 
 def cost_model(model="Llama-3.1-70B", hw="H100-SXM", tp=4, weights="bf16", acts="bf16"):
@@ -94,7 +94,7 @@ def test_catalog_parameter_counts_match_published_totals():
 
 
 def test_every_catalog_entry_has_a_source():
-    from cost_models.catalog import hardware_catalog, quant_catalog
+    from specsim.cost_models.catalog import hardware_catalog, quant_catalog
     for cat in (hardware_catalog(), model_catalog(), quant_catalog()):
         for name, entry in cat.items():
             if "alias" not in entry:

@@ -29,9 +29,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cost_models.catalog import hardware_catalog, model_catalog
-from simulator import schema
-from simulator.cli import main
+from specsim.cost_models.catalog import hardware_catalog, model_catalog
+from specsim.simulator.cli import main
+from specsim.simulator.scenario import schema
 
 REPO = Path(__file__).resolve().parents[1]
 HANG_S = 20

@@ -12,11 +12,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from simulator import config as cfg
-from simulator import limits, schema, yamlio
-from simulator.cli import main, summary_table
-from simulator.engine import run_scenario
-from simulator.errors import ScenarioError
+from specsim import limits, yamlio
+from specsim.errors import ScenarioError
+from specsim.simulator.cli import main, summary_table
+from specsim.simulator.cluster.engine import run_scenario
+from specsim.simulator.scenario import config as cfg
+from specsim.simulator.scenario import schema
 from tests.conftest import REPO
 
 CHAT = REPO / "scenarios" / "chat.yaml"
@@ -282,7 +283,7 @@ def test_token_budget_below_k_plus_one(capsys):
 # ---------------------------------------------------------------- 8. iterations.csv header
 
 def test_iterations_csv_keeps_its_header(tmp_path):
-    from simulator.metrics import ITER_COLUMNS
+    from specsim.simulator.metrics.collector import ITER_COLUMNS
 
     out = tmp_path / "out"
     assert main(["run", str(CHAT), "--out", str(out), "--no-report",
@@ -313,7 +314,7 @@ def test_acceptance_forms_fail_in_one_line(acc, expect, capsys):
     ("hbm_bw_gb_s", 1e-300, "hardware.accelerator.hbm_bw_gb_s: expected a number at least"),
 ])
 def test_inline_accelerator_numbers(tmp_path, capsys, field, value, expect):
-    from cost_models.catalog import hardware_catalog
+    from specsim.cost_models.catalog import hardware_catalog
 
     data = yaml.safe_load(CHAT.read_text())
     data["hardware"]["accelerator"] = {**hardware_catalog()["H100-SXM"], field: value}
@@ -324,7 +325,7 @@ def test_inline_accelerator_numbers(tmp_path, capsys, field, value, expect):
 
 
 def test_inline_dense_model_needs_an_mlp(tmp_path, capsys):
-    from cost_models.catalog import model_catalog
+    from specsim.cost_models.catalog import model_catalog
 
     data = yaml.safe_load(CHAT.read_text())
     data["model"] = {**model_catalog()["Qwen3-8B"], "intermediate_size": 0}

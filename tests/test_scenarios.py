@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import run_scenario
+from specsim.simulator import run_scenario
 from tests.conftest import REPO
 
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))

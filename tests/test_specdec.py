@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="needs the calibrate extra: pip install -e '.[calibrate]'")
 
-from cost_models.calibrate.model import ModelConfig, Transformer, greedy_generate  # noqa: E402
-from cost_models.calibrate.specdec import (  # noqa: E402
+from specsim.cost_models.calibrate.model import ModelConfig, Transformer, greedy_generate  # noqa: E402
+from specsim.cost_models.calibrate.specdec import (  # noqa: E402
     PromptLookupDrafter,
     SelfSpecDrafter,
     generate,
@@ -162,18 +162,18 @@ def test_median_of_runs_takes_per_step_medians(tiny_model):
 def smollm2():
     pytest.importorskip("gguf", reason="needs the calibrate extra (gguf)")
     pytest.importorskip("tokenizers", reason="needs the calibrate extra (tokenizers)")
-    from cost_models.calibrate.weights import FETCH_COMMAND, find_smollm2
+    from specsim.cost_models.calibrate.weights import FETCH_COMMAND, find_smollm2
 
     if find_smollm2() is None:
         pytest.skip(f"the SmolLM2 GGUF is not fetched: run `{FETCH_COMMAND}` (the README's "
                     "test command does)")
-    from cost_models.calibrate.model import load_smollm2, smollm2_tokenizer
+    from specsim.cost_models.calibrate.model import load_smollm2, smollm2_tokenizer
 
     return load_smollm2(torch.float32), smollm2_tokenizer()
 
 
 def test_smollm2_tokenizer_round_trips_and_keeps_control_tokens(smollm2):
-    from cost_models.calibrate.model import chat_prompt
+    from specsim.cost_models.calibrate.model import chat_prompt
 
     _, tk = smollm2
     text = "def add(a, b):\n    return a + b  # 42 café"
@@ -183,7 +183,7 @@ def test_smollm2_tokenizer_round_trips_and_keeps_control_tokens(smollm2):
 
 
 def test_smollm2_answers_sensibly(smollm2):
-    from cost_models.calibrate.model import chat_prompt
+    from specsim.cost_models.calibrate.model import chat_prompt
 
     model, tk = smollm2
     ids = tk.encode(chat_prompt("What is the capital of France? Answer in one sentence.")).ids
@@ -192,7 +192,7 @@ def test_smollm2_answers_sensibly(smollm2):
 
 
 def test_smollm2_speculation_equals_greedy(smollm2):
-    from cost_models.calibrate.model import chat_prompt
+    from specsim.cost_models.calibrate.model import chat_prompt
 
     model, tk = smollm2
     ids = tk.encode(chat_prompt("Add a docstring to: def inc(x):\n    return x + 1")).ids

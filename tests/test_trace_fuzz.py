@@ -35,12 +35,12 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from simulator.errors import ScenarioError
-from traces.errors import TraceError
-from traces.fit import ARRIVAL_MODELS, LENGTH_MODELS, fit_synthetic
-from traces.loaders import FORMATS, load_trace
-from traces.schema import COLUMNS, make_trace
-from traces.workload import build_workload
+from specsim.errors import ScenarioError
+from specsim.traces.errors import TraceError
+from specsim.traces.fit import ARRIVAL_MODELS, LENGTH_MODELS, fit_synthetic
+from specsim.traces.loaders import FORMATS, load_trace
+from specsim.traces.schema import COLUMNS, make_trace
+from specsim.traces.workload import build_workload
 
 HANG_S = 10
 EXAMPLES = int(os.environ.get("SPECSIM_FUZZ_EXAMPLES", "80"))

@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.errors import ScenarioError
-from traces.errors import TraceError, show
-from traces.loaders import load_trace
-from traces.workload import build_workload
+from specsim.errors import ScenarioError
+from specsim.traces.errors import TraceError, show
+from specsim.traces.loaders import load_trace
+from specsim.traces.workload import build_workload
 
 LENGTHS = {"prompt_tokens": 100, "output_tokens": 50}
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import yaml
 
-from simulator.engine import run_scenario
-from simulator.errors import ScenarioError
-from traces.cli import main
-from traces.fit import CLASS_HINT, fit_synthetic
-from traces.schema import make_trace
+from specsim.errors import ScenarioError
+from specsim.simulator.cluster.engine import run_scenario
+from specsim.traces.cli import main
+from specsim.traces.fit import CLASS_HINT, fit_synthetic
+from specsim.traces.schema import make_trace
 
 REPO = Path(__file__).resolve().parents[1]
 N = 12  # requests in the synthesised trace: the pasted section replays this many
@@ -85,7 +85,7 @@ def test_fit_synthetic_class_argument():
 
 def test_fitted_cv_of_a_regular_trace_builds(tmp_path):
     """Equal gaps have CV 0, which the generator refuses: the fit writes a tiny one."""
-    from traces.workload import build_workload
+    from specsim.traces.workload import build_workload
 
     df = make_trace(np.arange(10.0), [5] * 10, [5] * 10, "regular")
     for arrival in ("gamma", "curve"):

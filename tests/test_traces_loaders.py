@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from traces.errors import TraceError
-from traces.loaders import detect_format, load_trace
-from traces.schema import COLUMNS, empty_trace, validate_trace
+from specsim.traces.errors import TraceError
+from specsim.traces.loaders import detect_format, load_trace
+from specsim.traces.schema import COLUMNS, empty_trace, validate_trace
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:46.6805900,374,44
@@ -249,7 +249,7 @@ def test_blank_lines_are_skipped_but_counted(tmp_path):
 
 
 def test_error_in_a_later_chunk_has_the_right_line(tmp_path, monkeypatch):
-    import traces.reading as reading
+    import specsim.traces.reading as reading
 
     monkeypatch.setattr(reading, "CHUNK_ROWS", 7)
     rows = "".join(f"{i},10,10\n" for i in range(30))

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from traces.fit import fit_synthetic
-from traces.loaders import load_trace
-from traces.stats import trace_stats
-from traces.workload import build_workload
+from specsim.traces.fit import fit_synthetic
+from specsim.traces.loaders import load_trace
+from specsim.traces.stats import trace_stats
+from specsim.traces.workload import build_workload
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "traces"
 #: Traces the repository ships (scenarios/data): their tests never skip.

@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traces.errors import TraceError
-from traces.schema import BLOCK_TOKENS
-from traces.stats import interarrival_cv, rate_over_time, trace_stats
-from traces.transforms import mean_rate
-from traces.workload import build_workload
+from specsim.traces.errors import TraceError
+from specsim.traces.schema import BLOCK_TOKENS
+from specsim.traces.stats import interarrival_cv, rate_over_time, trace_stats
+from specsim.traces.transforms import mean_rate
+from specsim.traces.workload import build_workload
 
 
 def synthetic(

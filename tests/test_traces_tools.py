@@ -11,13 +11,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from traces.cli import add_trace_commands, main
-from traces.errors import TraceError
-from traces.fit import fit_synthetic
-from traces.plot import plot_trace
-from traces.schema import make_trace
-from traces.stats import nice_window, prefix_reuse, rate_over_time, trace_stats
-from traces.workload import build_workload
+from specsim.traces.cli import add_trace_commands, main
+from specsim.traces.errors import TraceError
+from specsim.traces.fit import fit_synthetic
+from specsim.traces.plot import plot_trace
+from specsim.traces.schema import make_trace
+from specsim.traces.stats import nice_window, prefix_reuse, rate_over_time, trace_stats
+from specsim.traces.workload import build_workload
 
 SOURCE = {
     "synthetic": {

@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from traces.errors import TraceError
-from traces.transforms import mean_rate
-from traces.workload import build_workload, parse_workload
+from specsim.traces.errors import TraceError
+from specsim.traces.transforms import mean_rate
+from specsim.traces.workload import build_workload, parse_workload
 
 
 @pytest.fixture()

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from cost_models.calibrate import weights
+from specsim.cost_models.calibrate import weights
 
 
 @pytest.fixture

@@ -1,21 +1,24 @@
 """Request traces for specsim: one schema, loaders for public traces, synthetic
-generators, scenario transformations, statistics and generator fitting."""
+generators, scenario transformations, statistics and generator fitting.
 
-from traces.errors import TraceError
-from traces.fit import fit_synthetic
-from traces.loaders import load_trace
-from traces.schema import COLUMNS, empty_trace, validate_trace
-from traces.stats import trace_stats
-from traces.workload import build_workload, parse_workload
+The names below are imported on first use, so importing a light submodule (the errors,
+the CLI's names) does not pull in pandas.
+"""
 
-__all__ = [
-    "COLUMNS",
-    "TraceError",
-    "build_workload",
-    "empty_trace",
-    "fit_synthetic",
-    "load_trace",
-    "parse_workload",
-    "trace_stats",
-    "validate_trace",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_WHERE = {
+    "TraceError": "errors", "fit_synthetic": "fit", "load_trace": "loaders",
+    "COLUMNS": "schema", "empty_trace": "schema", "validate_trace": "schema",
+    "trace_stats": "stats", "build_workload": "workload", "parse_workload": "workload",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        return getattr(import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

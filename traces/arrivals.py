@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from traces.errors import TraceError
-from traces.spec import Section, is_real
+from specsim.traces.errors import TraceError
+from specsim.traces.spec import Section, is_real
 
 PROCESSES = ("poisson", "gamma", "diurnal", "onoff")
 #: Slices per period used to integrate a sinusoidal diurnal rate exactly per slice.

@@ -10,15 +10,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+from specsim.traces.names import ARRIVAL_MODELS, FORMATS, LENGTH_MODELS
 
-from traces.errors import TraceError
-from traces.fit import ARRIVAL_MODELS, LENGTH_MODELS, fit_synthetic, fitted_yaml
-from traces.loaders import FORMATS, load_trace
-from traces.stats import trace_stats
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.table import Table
 
 
 def add_trace_commands(subparsers: Any) -> argparse.ArgumentParser:
@@ -84,6 +81,8 @@ def add_trace_commands(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _length_table(stats: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     table = Table(title="lengths (tokens)")
     table.add_column("")
     for name in ("mean", "p50", "p90", "p99", "max"):
@@ -98,6 +97,8 @@ def _length_table(stats: dict[str, Any]) -> Table:
 
 
 def _summary_table(stats: dict[str, Any]) -> Table:
+    from rich.table import Table
+
     table = Table(show_header=False)
     table.add_column("", style="bold")
     table.add_column("", justify="right")
@@ -118,7 +119,11 @@ def _summary_table(stats: dict[str, Any]) -> Table:
 
 def run_stats(args: argparse.Namespace) -> int:
     """``trace stats``: tables (or JSON) and an optional PNG."""
-    from traces.files import check_file_destination, write_atomically
+    from rich.console import Console
+
+    from specsim.traces.files import check_file_destination, write_atomically
+    from specsim.traces.loaders import load_trace
+    from specsim.traces.stats import trace_stats
 
     if args.png:  # checked before reading the trace
         check_file_destination(args.png, args.force, "--png")
@@ -128,7 +133,7 @@ def run_stats(args: argparse.Namespace) -> int:
     stats["format"] = df.attrs.get("format")
     stats["failed_requests"] = df.attrs.get("failed_requests", 0)
     if args.png:
-        from traces.plot import plot_trace
+        from specsim.traces.plot import plot_trace
 
         write_atomically(Path(args.png), lambda tmp: plot_trace(
             df, stats, tmp, title=Path(args.file).name), "--png")
@@ -151,7 +156,11 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def run_fit(args: argparse.Namespace) -> int:
     """``trace fit``: print or write the fitted ``workload:`` section."""
-    from traces.files import check_file_destination, write_atomically
+    from rich.console import Console
+
+    from specsim.traces.files import check_file_destination, write_atomically
+    from specsim.traces.fit import fit_synthetic, fitted_yaml
+    from specsim.traces.loaders import load_trace
 
     if args.out:  # checked before reading the trace
         check_file_destination(args.out, args.force, "--out")
@@ -168,7 +177,9 @@ def run_fit(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (``python -m traces.cli``), mirroring how specsim runs these."""
+    """Stand-alone entry (``python -m specsim.traces.cli``), mirroring how specsim runs these."""
+    from specsim.traces.errors import TraceError
+
     parser = argparse.ArgumentParser(prog="specsim")
     add_trace_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from traces.errors import TraceError, show
-from traces.spec import Section, is_finite, is_real
+from specsim.traces.errors import TraceError, show
+from specsim.traces.spec import Section, is_finite, is_real
 
 KINDS = ("fixed", "uniform", "lognormal", "exponential", "geometric", "empirical")
 _EMPIRICAL_COLUMNS = {"prompt": "prompt_tokens", "output": "output_tokens"}
@@ -81,7 +81,7 @@ def _empirical(sec: Section, base_dir: Path, integer: bool) -> dict[str, Any]:
         raise TraceError(f"{sec.path}: empirical needs exactly one of trace, values or quantiles")
     source = sources[0]
     if source == "trace":
-        from traces.loaders import FORMATS, load_trace
+        from specsim.traces.loaders import FORMATS, load_trace
 
         path = sec.file("trace", base_dir)
         column = sec.string("column", choices=tuple(_EMPIRICAL_COLUMNS))

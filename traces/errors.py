@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 #: Longest quoted value in a message; longer ones are cut with an ellipsis.
 _SHOW_CHARS = 80
 
@@ -32,7 +30,7 @@ def show(value: Any) -> str:
     ``np.float64(-5.0)``; text is quoted with its control characters escaped; anything
     longer than 80 characters is cut.
     """
-    if isinstance(value, np.generic):
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):  # a numpy scalar
         value = value.item()
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
         # (a very long int cannot even be printed: Python limits int -> str conversion)

@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from traces.errors import TraceError
+from specsim.traces.errors import TraceError
 
 _TEMP = re.compile(r"^\..*\.specsim-tmp-(\d+)-[0-9a-f]{8}(?:\.[^.]+)?$")
 

@@ -16,13 +16,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from traces.arrivals import MAX_CV, MIN_PERIOD_S
-from traces.errors import TraceError, names
-from traces.stats import check_window, interarrival_cv
-from traces.transforms import mean_rate
+from specsim.traces.arrivals import MAX_CV, MIN_PERIOD_S
+from specsim.traces.errors import TraceError, names
+from specsim.traces.names import ARRIVAL_MODELS, LENGTH_MODELS  # noqa: E402,F401
+from specsim.traces.stats import check_window, interarrival_cv
+from specsim.traces.transforms import mean_rate
 
-ARRIVAL_MODELS = ("gamma", "curve")
-LENGTH_MODELS = ("empirical", "lognormal")
 _QUANTILE_POINTS = 101
 #: The CV written for a perfectly regular trace (the generator needs a positive one).
 MIN_FIT_CV = 0.001

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from traces.errors import TraceError, at_line, names
-from traces.formats import azure, burstgpt, generic, mooncake, vidur
-from traces.reading import first_line
+from specsim.traces.errors import TraceError, at_line, names
+from specsim.traces.formats import azure, burstgpt, generic, mooncake, vidur
+from specsim.traces.names import FORMATS  # noqa: E402
+from specsim.traces.reading import first_line
 
-FORMATS = ("auto", "azure", "burstgpt", "mooncake", "vidur", "generic")
 _CSV_FORMATS = (azure, burstgpt, vidur, generic)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from traces.schema import BLOCK_TOKENS, blocks_column
+from specsim.traces.schema import BLOCK_TOKENS, blocks_column
 
 
 def prefix_blocks(

@@ -22,7 +22,7 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from traces.errors import TraceError, at_line, names, show
+from specsim.traces.errors import TraceError, at_line, names, show
 
 CHUNK_ROWS = 250_000
 _GZIP_MAGIC = b"\x1f\x8b"

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.errors import TraceError, show
+from specsim.traces.errors import TraceError, show
 
 #: Tokens per prefix block, as in Mooncake's ``hash_ids`` (one id per 512-token block).
 BLOCK_TOKENS = 512

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from traces.errors import TraceError, show
+from specsim.traces.errors import TraceError, show
 
 #: The largest integer a key takes (2^53: exact as a float, far inside int64).
 MAX_INT = 2**53

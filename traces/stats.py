@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.errors import TraceError, show
-from traces.transforms import mean_rate
+from specsim.traces.errors import TraceError, show
+from specsim.traces.transforms import mean_rate
 
 QUANTILES = (0.5, 0.9, 0.99)
 _NICE = (1, 2, 5)

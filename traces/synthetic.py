@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.arrivals import Arrivals, parse_arrivals
-from traces.distributions import Distribution, parse_distribution
-from traces.errors import TraceError
-from traces.prefixes import prefix_blocks
-from traces.schema import BLOCK_TOKENS, make_trace
-from traces.seeding import stream
-from traces.spec import Section
+from specsim.traces.arrivals import Arrivals, parse_arrivals
+from specsim.traces.distributions import Distribution, parse_distribution
+from specsim.traces.errors import TraceError
+from specsim.traces.prefixes import prefix_blocks
+from specsim.traces.schema import BLOCK_TOKENS, make_trace
+from specsim.traces.seeding import stream
+from specsim.traces.spec import Section
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def _times(
 
 def _check_requests(count: float, key: str) -> None:
     """``simulator.limits.check_requests`` for an estimated ``count`` of request rows."""
-    from simulator.limits import check_requests  # lazily: traces does not need simulator
+    from specsim.limits import check_requests  # lazily: traces does not need simulator
 
     # The trace alone (no iteration log): the engine checks the full run once it is built.
     check_requests(int(count) if count < 1e18 else 10**18, key, record_iterations=False)
@@ -218,7 +218,7 @@ def _check_blocks(prompt: np.ndarray, path: str) -> None:
     blocks = float(np.ceil(np.asarray(prompt, dtype=np.float64) / BLOCK_TOKENS).sum())
     if blocks * _BLOCK_BYTES < 2**28:  # a quarter GB: not worth asking
         return
-    from simulator.limits import memory_budget  # lazily: traces does not need simulator
+    from specsim.limits import memory_budget  # lazily: traces does not need simulator
 
     budget, where = memory_budget()
     need = blocks * _BLOCK_BYTES

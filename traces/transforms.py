@@ -8,8 +8,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from traces.errors import TraceError, show
-from traces.schema import BLOCK_TOKENS, validate_trace
+from specsim.traces.errors import TraceError, show
+from specsim.traces.schema import BLOCK_TOKENS, validate_trace
 
 CONTEXT_POLICIES = ("truncate", "drop", "error")
 

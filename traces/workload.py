@@ -13,12 +13,12 @@ from typing import Any
 
 import pandas as pd
 
-from traces import transforms as tf
-from traces.errors import TraceError, show
-from traces.loaders import FORMATS, load_trace
-from traces.seeding import stream
-from traces.spec import Section, is_finite, is_real
-from traces.synthetic import SyntheticSpec, generate, parse_synthetic
+from specsim.traces import transforms as tf
+from specsim.traces.errors import TraceError, show
+from specsim.traces.loaders import FORMATS, load_trace
+from specsim.traces.seeding import stream
+from specsim.traces.spec import Section, is_finite, is_real
+from specsim.traces.synthetic import SyntheticSpec, generate, parse_synthetic
 
 TRANSFORM_KEYS = (
     "start_s",

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.formats.common import assemble, read_csv_columns
-from traces.reading import column_ints, column_times_ns
+from specsim.traces.formats.common import assemble, read_csv_columns
+from specsim.traces.reading import column_ints, column_times_ns
 
 NAME = "azure"
 REQUIRED = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.formats.common import assemble, read_csv_columns
-from traces.reading import column_floats, column_ints
+from specsim.traces.formats.common import assemble, read_csv_columns
+from specsim.traces.reading import column_floats, column_ints
 
 NAME = "burstgpt"
 REQUIRED = ("Timestamp", "Request tokens", "Response tokens")

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.errors import at_line, show
-from traces.reading import check_sorted, iter_csv_chunks
-from traces.schema import make_trace
+from specsim.traces.errors import at_line, show
+from specsim.traces.reading import check_sorted, iter_csv_chunks
+from specsim.traces.schema import make_trace
 
 
 def concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.errors import at_line, show
-from traces.formats.common import assemble, concat
-from traces.reading import (
+from specsim.traces.errors import at_line, show
+from specsim.traces.formats.common import assemble, concat
+from specsim.traces.reading import (
     column_floats,
     column_ints,
     is_block_id,
@@ -29,7 +29,7 @@ from traces.reading import (
     iter_json_lines,
     json_field,
 )
-from traces.schema import DEFAULT_CLASS, DEFAULT_SLO_TIER, blocks_column
+from specsim.traces.schema import DEFAULT_CLASS, DEFAULT_SLO_TIER, blocks_column
 
 NAME = "generic"
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traces.formats.common import assemble
-from traces.reading import is_int, is_int_list, is_number, iter_json_lines, json_field
-from traces.schema import blocks_column
+from specsim.traces.formats.common import assemble
+from specsim.traces.reading import is_int, is_int_list, is_number, iter_json_lines, json_field
+from specsim.traces.schema import blocks_column
 
 NAME = "mooncake"
 REQUIRED = ("timestamp", "input_length", "output_length")

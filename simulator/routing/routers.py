@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .registry import ROUTERS
+from specsim.simulator.registry import ROUTERS
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .registry import EVICTION
+from specsim.simulator.registry import EVICTION
 
 
 class EvictionPolicy:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import metrics
+from specsim.simulator.metrics import collector as metrics
 
 PENDING, QUEUED, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
 STATUS_NAMES = {PENDING: "pending", QUEUED: "queued", RUNNING: "running", DONE: "completed",

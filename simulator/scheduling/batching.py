@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import requests as rq
-from . import rng
-from .kernel import StepShape
-from .registry import BATCH_SCHEDULERS
+from specsim.simulator import rng
+from specsim.simulator.cluster import requests as rq
+from specsim.simulator.execution.kernel import StepShape
+from specsim.simulator.registry import BATCH_SCHEDULERS
 
 
 class BatchScheduler:

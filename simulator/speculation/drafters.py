@@ -12,11 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from cost_models.catalog import get_model, get_precision
-from cost_models.roofline import ForwardCostModel, attention_area
-
-from .errors import ScenarioError
-from .registry import DRAFTERS, SPECULATION_POLICIES
+from specsim.cost_models.catalog import get_model, get_precision
+from specsim.cost_models.roofline import ForwardCostModel, attention_area
+from specsim.errors import ScenarioError
+from specsim.simulator.registry import DRAFTERS, SPECULATION_POLICIES
 
 
 class Drafter:

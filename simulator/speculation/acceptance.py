@@ -21,8 +21,8 @@ import yaml
 from scipy.optimize import brentq
 from scipy.stats import beta as beta_dist
 
-from . import rng
-from .errors import ScenarioError
+from specsim.errors import ScenarioError
+from specsim.simulator import rng
 
 MAX_K = 64
 
@@ -132,7 +132,7 @@ def class_acceptance(spec: Any, where: str) -> ClassAcceptance:
 
 
 def profile_catalog() -> dict[str, Any]:
-    text = resources.files("simulator").joinpath("data", "acceptance.yaml").read_text()
+    text = resources.files(__package__).joinpath("data", "acceptance.yaml").read_text()
     return yaml.safe_load(text) or {}
 
 

@@ -22,8 +22,8 @@ import secrets
 import shutil
 from pathlib import Path
 
-from .engine import Result, finite_or_none
-from .errors import ScenarioError
+from specsim.errors import ScenarioError
+from specsim.simulator.cluster.engine import Result, finite_or_none
 
 MARKER = ".specsim-output"
 _TEMP = re.compile(r"^\..*\.specsim-(?:tmp|old)-(\d+)-[0-9a-f]{8}$")
@@ -180,7 +180,7 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
         result.requests.to_csv(tmp / "requests.csv", index=False, float_format="%.9g")
         result.iterations.to_csv(tmp / "iterations.csv", index=False, float_format="%.9g")
         if report:
-            from .report import write_report
+            from specsim.simulator.report.report import write_report
 
             write_report(result, tmp)
         files = sorted(p.name for p in tmp.iterdir())

@@ -16,9 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.roofline import attention_area
-
-from . import rng
+from specsim.cost_models.roofline import attention_area
+from specsim.simulator import rng
 
 
 @dataclass

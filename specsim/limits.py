@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import ScenarioError
+from specsim.errors import ScenarioError
 
 REQUEST_BYTES = 1024  # request table + trace + requests.csv frame + summary temporaries
 ITERATION_BYTES_PER_REQUEST = 7 * 1024  # the iteration log, per request (chat.yaml: ~23 rows)

@@ -17,29 +17,40 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from cost_models.calibration import UNCALIBRATED, Calibration, load_profile, uncalibrated_default
-from cost_models.catalog import get_hardware, get_model, get_precision
-from cost_models.errors import CatalogError
-from cost_models.roofline import ForwardCostModel
-from traces.errors import TraceError
-
-from . import config as cfg
-from . import limits, rng
-from . import requests as rq
-from .acceptance import build_acceptance
-from .arrivals import ClosedLoop, OpenLoop
-from .batching import FcfsScheduler  # noqa: F401  (registers "fcfs")
-from .errors import ScenarioError
-from .eviction import Newest  # noqa: F401  (registers the eviction policies)
-from .execution import Executor
-from .kernel import Kernel
-from .kv import BlockAllocator
-from .metrics import Metrics, dist
-from .registry import BATCH_SCHEDULERS, EVICTION
-from .router import RequestFeatures, make_router
-from .schema import Scenario
-from .speculation import DraftContext, Drafter, DrafterModel, build_drafter, make_policy
-from .worker import Ledger, Worker
+from specsim import limits
+from specsim.cost_models.calibration import (
+    UNCALIBRATED,
+    Calibration,
+    load_profile,
+    uncalibrated_default,
+)
+from specsim.cost_models.catalog import get_hardware, get_model, get_precision
+from specsim.cost_models.errors import CatalogError
+from specsim.cost_models.roofline import ForwardCostModel
+from specsim.errors import ScenarioError
+from specsim.simulator import rng
+from specsim.simulator.cluster import requests as rq
+from specsim.simulator.cluster.arrivals import ClosedLoop, OpenLoop
+from specsim.simulator.cluster.worker import Ledger, Worker
+from specsim.simulator.execution.executor import Executor
+from specsim.simulator.execution.kernel import Kernel
+from specsim.simulator.kv.blocks import BlockAllocator
+from specsim.simulator.kv.eviction import Newest  # noqa: F401  (registers the eviction policies)
+from specsim.simulator.metrics.collector import Metrics, dist
+from specsim.simulator.registry import BATCH_SCHEDULERS, EVICTION
+from specsim.simulator.routing.routers import RequestFeatures, make_router
+from specsim.simulator.scenario import config as cfg
+from specsim.simulator.scenario.schema import Scenario
+from specsim.simulator.scheduling.batching import FcfsScheduler  # noqa: F401  (registers "fcfs")
+from specsim.simulator.speculation.acceptance import build_acceptance
+from specsim.simulator.speculation.drafters import (
+    DraftContext,
+    Drafter,
+    DrafterModel,
+    build_drafter,
+    make_policy,
+)
+from specsim.traces.errors import TraceError
 
 USER_ERRORS = (ScenarioError, CatalogError, TraceError)
 
@@ -452,7 +463,7 @@ def workload_key(sc: dict[str, Any]) -> str:
 
 
 def build_trace(sc: dict[str, Any], base: Path, max_context: int) -> pd.DataFrame:
-    from traces.workload import build_workload
+    from specsim.traces.workload import build_workload
 
     return build_workload(sc["workload"], base, int(sc["seed"]), max_context)
 

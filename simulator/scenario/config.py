@@ -14,9 +14,10 @@ from typing import Any
 
 import yaml
 
-from . import schema, yamlio
-from .errors import ScenarioError
-from .schema import Scenario, show
+from specsim import yamlio
+from specsim.errors import ScenarioError
+from specsim.simulator.scenario import schema
+from specsim.simulator.scenario.schema import Scenario, show
 
 MAX_SCENARIO_BYTES = 64 * 1024**2  # a scenario file is a page of YAML, not a trace
 

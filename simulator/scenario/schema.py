@@ -20,8 +20,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic_core import PydanticCustomError
 
-from .errors import ScenarioError
-from .registry import BATCH_SCHEDULERS, EVICTION, ROUTERS, SPECULATION_POLICIES, Registry
+from specsim.errors import ScenarioError
+from specsim.simulator.registry import (
+    BATCH_SCHEDULERS,
+    EVICTION,
+    ROUTERS,
+    SPECULATION_POLICIES,
+    Registry,
+)
 
 # Integer keys without their own upper bound stop here: beyond 2**53 a YAML float such as
 # 1e18 no longer holds an exact integer, and numpy's int64 arithmetic would overflow.

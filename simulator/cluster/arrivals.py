@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import requests as rq
+from specsim.simulator.cluster import requests as rq
 
 
 class OpenLoop:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from . import requests as rq
-from .eviction import Newest
-from .kernel import Kernel, Segment
+from specsim.simulator.cluster import requests as rq
+from specsim.simulator.execution.kernel import Kernel, Segment
+from specsim.simulator.kv.eviction import Newest
 
 
 @dataclass

@@ -1,0 +1,1 @@
+"""The run: Simulation, workers, arrivals, the request table."""

@@ -1,0 +1,1 @@
+"""The iteration kernel and the executor that prices it."""

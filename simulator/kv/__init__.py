@@ -1,0 +1,1 @@
+"""The paged KV block pool and eviction (preemption victims)."""

@@ -1,0 +1,1 @@
+"""ITL histogram, iteration log, the one TPOT and SLO computation."""

@@ -1,0 +1,1 @@
+"""metrics.json, CSVs, report.md and plots, written atomically."""

@@ -1,0 +1,1 @@
+"""Routers: worker snapshots in, a decision with a reason out."""

@@ -1,0 +1,1 @@
+"""The typed scenario: read, --set, validate (pydantic)."""

@@ -1,0 +1,1 @@
+"""Batch schedulers: admission and the shape of the next iteration."""

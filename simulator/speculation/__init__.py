@@ -1,0 +1,1 @@
+"""Drafters, speculation policies and acceptance models."""
