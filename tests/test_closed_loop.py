@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specsim.simulator.cluster.arrivals import ClosedLoopSpec
 from specsim.simulator.cluster.engine import run_scenario
+from specsim.traces.closed_loop import ClosedLoopSpec
 from specsim.traces.distributions import Distribution
 from tests.conftest import make_trace
 
@@ -71,3 +71,35 @@ def test_closed_loop_multi_step_equals_step_by_step(router):
     np.testing.assert_allclose(a["arrival_s"], b["arrival_s"], rtol=1e-9)
     np.testing.assert_allclose(a["finish_s"], b["finish_s"], rtol=1e-9)
     assert fast.metrics["iterations"] == slow.metrics["iterations"]
+
+
+def test_closed_loop_from_a_scenario_section():
+    sc = scenario()
+    sc["workload"] = {"synthetic": {"requests": 80, "arrival": {"process": "poisson", "rate": 1.0},
+                                    "prompt_tokens": 200, "output_tokens": 60},
+                      "closed_loop": {"clients": 6,
+                                      "think_time_s": {"distribution": "exponential",
+                                                       "mean": 0.2}}}
+    res = run_scenario(sc)
+    req = res.requests
+    assert (req["status"] == "completed").all() and len(req) == 80
+    assert concurrency(req) == 6
+    again = run_scenario(sc)  # same scenario, same seed: the same run
+    assert again.requests["arrival_s"].tolist() == req["arrival_s"].tolist()
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"clients": 0}, "workload.closed_loop.clients: expected an integer"),
+    ({}, "workload.closed_loop.clients: missing"),
+    ({"clients": 2, "think": 1}, "workload.closed_loop.think"),
+    ({"clients": 2, "think_time_s": -1}, "workload.closed_loop.think_time_s"),
+])
+def test_closed_loop_errors_name_the_key(bad, message):
+    from specsim.traces.errors import TraceError
+
+    sc = scenario()
+    sc["workload"] = {"synthetic": {"requests": 5, "arrival": {"process": "poisson", "rate": 1.0},
+                                    "prompt_tokens": 20, "output_tokens": 5},
+                      "closed_loop": bad}
+    with pytest.raises(TraceError, match=message):
+        run_scenario(sc)

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from specsim.traces import transforms as tf
+from specsim.traces.closed_loop import ClosedLoopSpec, parse_closed_loop
 from specsim.traces.errors import TraceError, show
 from specsim.traces.loaders import FORMATS, load_trace
 from specsim.traces.seeding import stream
@@ -103,6 +104,7 @@ class WorkloadPlan:
     class_mix: dict[str, float] | None = None
     temperature: float | None = None
     slo_tier: str | None = None
+    closed_loop: ClosedLoopSpec | None = None
 
 
 def _parse_source(plan: WorkloadPlan, src: Section, base_dir: Path) -> None:
@@ -176,6 +178,8 @@ def parse_workload(section: dict[str, Any], base_dir: Path, seed: int) -> Worklo
     plan = WorkloadPlan(kind=kind, seed=seed)
     _parse_source(plan, src, Path(base_dir))
     _parse_transforms(plan, keys)
+    if root.has("closed_loop"):
+        plan.closed_loop = parse_closed_loop(root.section("closed_loop"), Path(base_dir))
     src.finish()
     root.finish()
     return plan
@@ -285,4 +289,7 @@ def build_workload(
             "seed": plan.seed,
         }
     )
+    if plan.closed_loop is not None:  # arrival times are written by the clients as they run
+        df.attrs["closed_loop"] = plan.closed_loop
+        log.append(f"closed loop: {plan.closed_loop.clients} clients")
     return df

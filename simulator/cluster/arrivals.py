@@ -9,12 +9,10 @@ times are written as they happen.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from specsim.simulator.cluster import requests as rq
+from specsim.traces.closed_loop import ClosedLoopSpec
 
 
 class OpenLoop:
@@ -43,15 +41,6 @@ class OpenLoop:
 
     def on_done(self, rows: np.ndarray) -> None:
         pass
-
-
-@dataclass(frozen=True)
-class ClosedLoopSpec:
-    """``workload.closed_loop``: concurrent clients and their think time (seconds)."""
-
-    clients: int
-    think_time: Any  # a traces.distributions.Distribution over seconds, or None for 0
-    ramp_s: float = 0.0  # client i starts at i * ramp_s / clients
 
 
 class ClosedLoop:
