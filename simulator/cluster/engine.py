@@ -36,7 +36,8 @@ from specsim.simulator.execution.executor import Executor
 from specsim.simulator.execution.kernel import Kernel
 from specsim.simulator.kv.blocks import BlockAllocator
 from specsim.simulator.kv.eviction import Newest  # noqa: F401  (registers the eviction policies)
-from specsim.simulator.metrics.collector import Metrics, dist
+from specsim.simulator.metrics.collector import Metrics, dist, slo_attainment
+from specsim.simulator.metrics.collector import tpot as metrics_tpot
 from specsim.simulator.registry import BATCH_SCHEDULERS, EVICTION
 from specsim.simulator.routing.routers import RequestFeatures, make_router
 from specsim.simulator.scenario import config as cfg
@@ -332,16 +333,10 @@ class Simulation:
         rejected = int((t.status == rq.REJECTED).sum())
         out_tokens = int(t.generated.sum())
         ttft = t.first_token - t.arrival
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(done & (t.generated > 1),
-                            (t.finish - t.first_token) / np.maximum(t.generated - 1, 1), np.nan)
+        tpot = np.where(done, metrics_tpot(t.first_token, t.finish, t.generated), np.nan)
         e2e = np.where(done, t.finish - t.arrival, np.nan)
         slo = sc["slo"]
-        good = done.copy()
-        if slo["ttft_s"] is not None:
-            good &= ttft <= slo["ttft_s"]
-        if slo["tpot_s"] is not None:
-            good &= ~(tpot > slo["tpot_s"])  # single-token outputs have no TPOT
+        _, _, good = slo_attainment(done, ttft, tpot, slo["ttft_s"], slo["tpot_s"])
         window = now if now > 0 else float("nan")
         steps = int(t.steps.sum())
         decode_tokens = int((t.accepted + t.bonus).sum() - (t.first_token == t.first_token).sum())

@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsim.simulator.metrics.collector import slo_attainment
+
 DPI = 110
 MAX_POINTS = 5000  # per plotted series
 MAX_CLASSES_PLOTTED = 6
@@ -118,11 +120,8 @@ class _View:
         else:
             self.classes = []
         # SLO verdicts per request (single-token outputs have no TPOT and pass it)
-        self.ttft_ok = (self.ttft <= self.slo_ttft) if self.slo_ttft is not None \
-            else np.ones(len(req), bool)
-        self.tpot_ok = ~(self.tpot > self.slo_tpot) if self.slo_tpot is not None \
-            else np.ones(len(req), bool)
-        self.good = self.done & self.ttft_ok & self.tpot_ok
+        self.ttft_ok, self.tpot_ok, self.good = slo_attainment(
+            self.done, self.ttft, self.tpot, self.slo_ttft, self.slo_tpot)
 
     @property
     def overlap(self) -> bool:
