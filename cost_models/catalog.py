@@ -8,18 +8,23 @@ both go through the same validation so an inline entry cannot smuggle in a typo.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
 import yaml
 
+from .catalog_schema import (  # noqa: F401 (DTYPES and the bounds are re-exported)
+    DTYPES,
+    MAX_NUMBER,
+    MIN_POSITIVE,
+    HardwareEntry,
+    ModelEntry,
+    QuantAlias,
+    QuantEntry,
+    validate_entry,
+)
 from .errors import CatalogError
-
-DTYPES = ("bf16", "fp8", "int8", "fp4")
-MAX_NUMBER = 1e15  # a sanity bound on every catalog number (inline entries included)
-MIN_POSITIVE = 1e-6  # and on the smallest positive one (TFLOP/s, GB, GB/s, W)
 
 
 def _load_yaml(name: str) -> dict[str, Any]:
@@ -40,50 +45,6 @@ def model_catalog() -> dict[str, Any]:
 @functools.cache
 def quant_catalog() -> dict[str, Any]:
     return _load_yaml("quantization.yaml")
-
-
-# ---------------------------------------------------------------- field checking
-
-
-def _check_keys(where: str, entry: Any, required: set[str], optional: set[str]) -> dict:
-    if not isinstance(entry, dict):
-        raise CatalogError(f"{where}: expected a mapping, got {type(entry).__name__}")
-    unknown = sorted(set(entry) - required - optional, key=str)
-    if unknown:
-        allowed = ", ".join(sorted(required | optional))
-        raise CatalogError(f"{where}.{unknown[0]}: unknown key (expected one of: {allowed})")
-    missing = sorted(required - set(entry))
-    if missing:
-        raise CatalogError(f"{where}.{missing[0]}: required key is missing")
-    return entry
-
-
-def _num(where: str, value: Any, *, positive: bool = False, allow_none: bool = False,
-         integer: bool = False) -> Any:
-    if value is None and allow_none:
-        return None
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if integer:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    if not ok:
-        kind = "an integer" if integer else "a number"
-        raise CatalogError(f"{where}: expected {kind}, got {value!r}")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise CatalogError(f"{where}: expected a finite number, got {value}")
-    if value > MAX_NUMBER:  # sizes and rates beyond this overflow the cost model's floats
-        raise CatalogError(f"{where}: expected a number at most {MAX_NUMBER:g}, got {value!r}")
-    if positive and 0 < value < MIN_POSITIVE:  # e.g. 1e-300 GB/s: times overflow to inf
-        raise CatalogError(f"{where}: expected a number at least {MIN_POSITIVE:g}, got {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise CatalogError(f"{where}: expected a {'positive' if positive else 'non-negative'} "
-                           f"number, got {value!r}")
-    return value
-
-
-def _str(where: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise CatalogError(f"{where}: expected a string, got {value!r}")
-    return value
 
 
 # ---------------------------------------------------------------- hardware
@@ -124,41 +85,27 @@ class HardwareSpec:
         raise CatalogError(f"hardware {self.name}: no peak_tflops for {dtype} or any wider dtype")
 
 
-_HW_REQUIRED = {"kind", "peak_tflops", "hbm_gb", "hbm_bw_gb_s", "interconnect", "power_w",
-                "price_usd_per_hour", "source"}
-_HW_OPTIONAL = {"vendor", "price_date", "notes"}
-
-
 def hardware_from_dict(name: str, entry: Any, where: str) -> HardwareSpec:
-    e = _check_keys(where, entry, _HW_REQUIRED, _HW_OPTIONAL)
-    kind = _str(f"{where}.kind", e["kind"])
-    if kind not in ("gpu", "tpu", "ppu", "cpu"):
-        raise CatalogError(f"{where}.kind: expected one of gpu, tpu, ppu, cpu, got {kind!r}")
-    peaks = _check_keys(f"{where}.peak_tflops", e["peak_tflops"], {"bf16"}, set(DTYPES) | {"fp16"})
-    peak_flops = {d: (None if v is None else _num(f"{where}.peak_tflops.{d}", v, positive=True) * 1e12)
-                  for d, v in peaks.items()}
-    link = _check_keys(f"{where}.interconnect", e["interconnect"], {"bw_gb_s", "latency_us"},
-                       {"name"})
-    power = _check_keys(f"{where}.power_w", e["power_w"], {"idle", "max"}, set())
-    idle = _num(f"{where}.power_w.idle", power["idle"])
-    pmax = _num(f"{where}.power_w.max", power["max"], positive=True)
-    if idle > pmax:
-        raise CatalogError(f"{where}.power_w.idle: expected at most power_w.max ({pmax}), got {idle}")
+    """An accelerator from its catalog fields (validated as a ``HardwareEntry``)."""
+    e = validate_entry(HardwareEntry, entry, where)
+    peaks = e.peak_tflops
+    peak_flops = {d: (None if getattr(peaks, d) is None else getattr(peaks, d) * 1e12)
+                  for d in type(peaks).model_fields if d in peaks.model_fields_set}
     return HardwareSpec(
         name=name,
-        kind=kind,
-        vendor=str(e.get("vendor", "")),
+        kind=e.kind,
+        vendor=e.vendor or "",
         peak_flops=peak_flops,
-        hbm_bytes=_num(f"{where}.hbm_gb", e["hbm_gb"], positive=True) * 1e9,
-        hbm_bw=_num(f"{where}.hbm_bw_gb_s", e["hbm_bw_gb_s"], positive=True) * 1e9,
-        link_bw=_num(f"{where}.interconnect.bw_gb_s", link["bw_gb_s"], positive=True) * 1e9,
-        link_latency_s=_num(f"{where}.interconnect.latency_us", link["latency_us"]) * 1e-6,
-        power_idle_w=float(idle),
-        power_max_w=float(pmax),
-        price_usd_per_hour=float(_num(f"{where}.price_usd_per_hour", e["price_usd_per_hour"])),
-        price_date=str(e.get("price_date", "")),
-        source=_str(f"{where}.source", e["source"]),
-        notes=str(e.get("notes", "") or ""),
+        hbm_bytes=e.hbm_gb * 1e9,
+        hbm_bw=e.hbm_bw_gb_s * 1e9,
+        link_bw=e.interconnect.bw_gb_s * 1e9,
+        link_latency_s=e.interconnect.latency_us * 1e-6,
+        power_idle_w=float(e.power_w.idle),
+        power_max_w=float(e.power_w.max),
+        price_usd_per_hour=float(e.price_usd_per_hour),
+        price_date=e.price_date,
+        source=e.source,
+        notes=e.notes or "",
     )
 
 
@@ -276,45 +223,27 @@ class ModelSpec:
         return 2 * self.n_layers * self.n_kv_heads * self.head_dim
 
 
-_MODEL_REQUIRED = {"n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim",
-                   "intermediate_size", "vocab_size", "source"}
-_MODEL_OPTIONAL = {"tied_embeddings", "max_context", "params_b", "moe", "mtp_layers",
-                   "native_weight_format", "tokenizer", "notes"}
-_MOE_REQUIRED = {"n_experts", "top_k", "expert_intermediate_size"}
-_MOE_OPTIONAL = {"n_shared_experts", "shared_expert_intermediate_size", "first_dense_layers"}
-
-
 def model_from_dict(name: str, entry: Any, where: str) -> ModelSpec:
-    e = _check_keys(where, entry, _MODEL_REQUIRED, _MODEL_OPTIONAL)
-    ints = {k: _num(f"{where}.{k}", e[k], positive=True, integer=True)
-            for k in ("n_layers", "hidden_size", "n_heads", "n_kv_heads", "head_dim",
-                      "vocab_size")}
-    inter = _num(f"{where}.intermediate_size", e["intermediate_size"], integer=True,
-                 positive=e.get("moe") is None)  # 0 only when every MLP is a MoE layer
-    moe = None
-    if e.get("moe") is not None:
-        m = _check_keys(f"{where}.moe", e["moe"], _MOE_REQUIRED, _MOE_OPTIONAL)
-        vals = {k: _num(f"{where}.moe.{k}", v, integer=True) for k, v in m.items()}
-        if vals["top_k"] < 1 or vals["top_k"] > vals["n_experts"]:
-            raise CatalogError(f"{where}.moe.top_k: expected 1..n_experts, got {vals['top_k']}")
-        moe = MoESpec(**vals)
-    if ints["n_heads"] % ints["n_kv_heads"]:
-        raise CatalogError(f"{where}.n_kv_heads: expected a divisor of n_heads "
-                           f"({ints['n_heads']}), got {ints['n_kv_heads']}")
+    """A model shape from its catalog fields (validated as a ``ModelEntry``)."""
+    e = validate_entry(ModelEntry, entry, where)
     return ModelSpec(
         name=name,
-        intermediate_size=inter,
-        tied_embeddings=bool(e.get("tied_embeddings", False)),
-        max_context=int(_num(f"{where}.max_context", e.get("max_context", 131072),
-                             positive=True, integer=True)),
-        params_b=float(_num(f"{where}.params_b", e.get("params_b", 0.0))),
-        moe=moe,
-        mtp_layers=int(_num(f"{where}.mtp_layers", e.get("mtp_layers", 0), integer=True)),
-        native_weight_format=str(e.get("native_weight_format", "bf16")),
-        tokenizer=str(e.get("tokenizer", name)),
-        source=_str(f"{where}.source", e["source"]),
-        notes=str(e.get("notes", "") or ""),
-        **ints,
+        n_layers=e.n_layers,
+        hidden_size=e.hidden_size,
+        n_heads=e.n_heads,
+        n_kv_heads=e.n_kv_heads,
+        head_dim=e.head_dim,
+        intermediate_size=e.intermediate_size,
+        vocab_size=e.vocab_size,
+        tied_embeddings=e.tied_embeddings,
+        max_context=e.max_context,
+        params_b=float(e.params_b),
+        moe=None if e.moe is None else MoESpec(**e.moe.model_dump()),
+        mtp_layers=e.mtp_layers,
+        native_weight_format=e.native_weight_format,
+        tokenizer=name if e.tokenizer is None else e.tokenizer,
+        source=e.source,
+        notes=e.notes or "",
     )
 
 
@@ -358,22 +287,24 @@ def get_quant(name: Any, where: str) -> QuantFormat:
     if not isinstance(name, str) or name not in cat:
         raise CatalogError(f"{where}: unknown quantization format {name!r} (expected one of: "
                            f"{', '.join(sorted(cat))})")
-    entry = cat[name]
+    entry, target = cat[name], name
     seen = {name}
-    while "alias" in entry:
-        target = entry["alias"]
+    while isinstance(entry, dict) and "alias" in entry:
+        alias = validate_entry(QuantAlias, entry, f"quantization catalog entry {target}")
+        target = alias.alias
         if target in seen or target not in cat:
             raise CatalogError(f"quantization catalog entry {name}: bad alias {target!r}")
         seen.add(target)
         entry = cat[target]
+    q = validate_entry(QuantEntry, entry, f"quantization catalog entry {target}")
     return QuantFormat(
         name=name,
-        bits=float(entry["bits"]),
-        scale_bits_per_element=float(entry.get("scale_bits_per_element", 0.0)),
-        compute_dtype=str(entry["compute_dtype"]),
-        weight_only=bool(entry.get("weight_only", False)),
-        dequant_overhead=float(entry.get("dequant_overhead", 0.0)),
-        source=str(entry.get("source", "")),
+        bits=float(q.bits),
+        scale_bits_per_element=float(q.scale_bits_per_element),
+        compute_dtype=q.compute_dtype,
+        weight_only=q.weight_only,
+        dequant_overhead=float(q.dequant_overhead),
+        source=q.source,
     )
 
 

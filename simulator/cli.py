@@ -152,6 +152,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     from specsim.simulator.scenario.schema import json_schema
 
+    if getattr(args, "catalog", False):
+        from specsim.cost_models.catalog_schema import catalog_json_schema as json_schema
     print(json.dumps(json_schema(), indent=2))
     return 0
 
@@ -201,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a scenario key (repeatable), validated like the file")
     v.set_defaults(func=cmd_validate)
     sch = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
+    sch.add_argument("--catalog", action="store_true", help="the catalog entries' schema instead")
     sch.set_defaults(func=cmd_schema)
     from specsim.cost_models.calibrate.cli import add_calibrate_command
     from specsim.traces.cli import add_trace_commands

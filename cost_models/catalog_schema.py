@@ -1,0 +1,328 @@
+"""Typed catalog entries: one pydantic model per entry shape, extra keys forbidden everywhere.
+
+These are the shapes the YAML catalogs (``cost_models/data``) hold and the inline mappings a
+scenario may give for ``hardware.accelerator``, ``model`` and ``speculation.drafter``. Every
+number is finite and at most ``MAX_NUMBER``; a positive one is at least ``MIN_POSITIVE``.
+``catalog_error`` turns a ``ValidationError`` into the one-line ``CatalogError`` naming
+``where`` and the dotted key (with "did you mean" for near-miss keys). The runtime
+dataclasses (``HardwareSpec``, ``ModelSpec``, ...) are built from these in ``catalog``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import math
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
+
+from .errors import CatalogError
+
+DTYPES = ("bf16", "fp8", "int8", "fp4")
+KINDS = ("gpu", "tpu", "ppu", "cpu")
+MAX_NUMBER = 1e15  # a sanity bound on every catalog number (inline entries included)
+MIN_POSITIVE = 1e-6  # and on the smallest positive one (TFLOP/s, GB, GB/s, W)
+
+
+def _fail(message: str) -> PydanticCustomError:
+    return PydanticCustomError("specsim", "{message}", {"message": message})
+
+
+def _fail_key(key: str, message: str) -> PydanticCustomError:
+    return PydanticCustomError("specsim_key", "{message}", {"key": key, "message": message})
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _g(x: float) -> str:
+    """A number as the messages quote it: 700, 0.5, 1e+15."""
+    return f"{x:g}"
+
+
+# ------------------------------------------------------------------ value rules
+
+
+def _number(positive: bool, integer: bool, nullable: bool):
+    def check(value: Any) -> Any:
+        if value is None:
+            if nullable:
+                return None
+            raise _fail("expected a value, got null")
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if integer:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        if not ok:
+            raise _fail(f"expected {'an integer' if integer else 'a number'}, got {_show(value)}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise _fail(f"expected a finite number, got {value}")
+        if value > MAX_NUMBER:  # sizes and rates beyond this overflow the cost model's floats
+            raise _fail(f"expected a number at most {MAX_NUMBER:g}, got {value!r}")
+        if positive and 0 < value < MIN_POSITIVE:  # e.g. 1e-300 GB/s: times overflow to inf
+            raise _fail(f"expected a number at least {MIN_POSITIVE:g}, got {value!r}")
+        if value < 0 or (positive and value == 0):
+            raise _fail(f"expected a {'positive' if positive else 'non-negative'} number, "
+                        f"got {value!r}")
+        return value
+
+    return check
+
+
+def _num_type(positive: bool, integer: bool, nullable: bool) -> Any:
+    base: Any = int if integer else float
+    if nullable:
+        base = base | None
+    bounds: dict[str, Any] = {"maximum": MAX_NUMBER}
+    bounds["minimum"] = MIN_POSITIVE if positive and not integer else (1 if positive else 0)
+    return Annotated[base, BeforeValidator(_number(positive, integer, nullable)),
+                     Field(json_schema_extra=bounds)]
+
+
+PosNum = _num_type(True, False, False)
+OptPosNum = _num_type(True, False, True)
+NonNegNum = _num_type(False, False, False)
+PosInt = _num_type(True, True, False)
+NonNegInt = _num_type(False, True, False)
+
+
+def _text(nullable: bool = False, dates: bool = False):
+    def check(value: Any) -> Any:
+        if value is None and nullable:
+            return None
+        if dates and isinstance(value, datetime.date):  # price_date: 2026-01-15 unquoted
+            return value.isoformat()
+        if not isinstance(value, str):
+            raise _fail(f"expected a string, got {_show(value)}")
+        return value
+
+    return check
+
+
+def _choice(choices: tuple[str, ...]):
+    def check(value: Any) -> Any:
+        if not isinstance(value, str):
+            raise _fail(f"expected a string, got {_show(value)}")
+        if value not in choices:
+            raise _fail(f"expected one of {', '.join(choices)}, got {_show(value)}")
+        return value
+
+    return check
+
+
+def _bool(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise _fail(f"expected true or false, got {_show(value)}")
+    return value
+
+
+Str = Annotated[str, BeforeValidator(_text())]
+OptStr = Annotated[str | None, BeforeValidator(_text(nullable=True))]
+DateStr = Annotated[str, BeforeValidator(_text(dates=True))]
+Bool = Annotated[bool, BeforeValidator(_bool)]
+
+
+def Choice(*choices: str) -> Any:  # noqa: N802 (a type factory)
+    return Annotated[str, BeforeValidator(_choice(choices)),
+                     Field(json_schema_extra={"enum": list(choices)})]
+
+
+# ------------------------------------------------------------------ entries
+
+
+class Entry(BaseModel):
+    """A catalog mapping: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PeakTflops(Entry):
+    """Dense tensor-core peak per dtype, TFLOP/s; null = no such path on the chip."""
+
+    bf16: OptPosNum
+    fp16: OptPosNum = None
+    fp8: OptPosNum = None
+    int8: OptPosNum = None
+    fp4: OptPosNum = None
+
+
+class Interconnect(Entry):
+    bw_gb_s: PosNum
+    latency_us: NonNegNum
+    name: OptStr = None
+
+
+class PowerW(Entry):
+    idle: NonNegNum
+    max: PosNum
+
+    @model_validator(mode="after")
+    def _idle_at_most_max(self) -> PowerW:
+        if self.idle > self.max:
+            raise _fail_key("idle", f"expected at most power_w.max ({_g(self.max)}), "
+                                    f"got {_g(self.idle)}")
+        return self
+
+
+class HardwareEntry(Entry):
+    """One accelerator of ``hardware.yaml`` (or an inline ``hardware.accelerator``)."""
+
+    kind: Choice(*KINDS)
+    peak_tflops: PeakTflops
+    hbm_gb: PosNum
+    hbm_bw_gb_s: PosNum
+    interconnect: Interconnect
+    power_w: PowerW
+    price_usd_per_hour: NonNegNum
+    source: Str
+    vendor: OptStr = None
+    price_date: DateStr = ""
+    notes: OptStr = None
+
+
+class MoEEntry(Entry):
+    n_experts: NonNegInt
+    top_k: NonNegInt
+    expert_intermediate_size: NonNegInt
+    n_shared_experts: NonNegInt = 0
+    shared_expert_intermediate_size: NonNegInt = 0
+    first_dense_layers: NonNegInt = 0
+
+    @model_validator(mode="after")
+    def _top_k_in_range(self) -> MoEEntry:
+        if self.top_k < 1 or self.top_k > self.n_experts:
+            raise _fail_key("top_k", f"expected 1..n_experts, got {self.top_k}")
+        return self
+
+
+class ModelEntry(Entry):
+    """One model of ``models.yaml`` (or an inline ``model`` / ``speculation.drafter``)."""
+
+    n_layers: PosInt
+    hidden_size: PosInt
+    n_heads: PosInt
+    n_kv_heads: PosInt
+    head_dim: PosInt
+    intermediate_size: NonNegInt  # 0 only when every MLP is a MoE layer
+    vocab_size: PosInt
+    source: Str
+    tied_embeddings: Bool = False
+    max_context: PosInt = 131072
+    params_b: NonNegNum = 0.0
+    moe: MoEEntry | None = None
+    mtp_layers: NonNegInt = 0
+    native_weight_format: Str = "bf16"
+    tokenizer: OptStr = None
+    notes: OptStr = None
+
+    @model_validator(mode="after")
+    def _shape(self) -> ModelEntry:
+        if self.moe is None and self.intermediate_size == 0:
+            raise _fail_key("intermediate_size", "expected a positive number, got 0")
+        if self.n_heads % self.n_kv_heads:
+            raise _fail_key("n_kv_heads", f"expected a divisor of n_heads ({self.n_heads}), "
+                                          f"got {self.n_kv_heads}")
+        return self
+
+
+class QuantEntry(Entry):
+    """One number format of ``quantization.yaml``."""
+
+    bits: PosNum
+    compute_dtype: Choice(*DTYPES)
+    source: Str
+    scale_bits_per_element: NonNegNum = 0.0
+    weight_only: Bool = False
+    dequant_overhead: NonNegNum = 0.0
+    notes: OptStr = None
+
+
+class QuantAlias(Entry):
+    """Another name for a format of ``quantization.yaml``."""
+
+    alias: Str
+    source: OptStr = None
+    notes: OptStr = None
+
+
+class Catalogs(Entry):
+    """The three bundled catalog files, by entry name."""
+
+    hardware: dict[str, HardwareEntry] = {}
+    models: dict[str, ModelEntry] = {}
+    quantization: dict[str, QuantEntry | QuantAlias] = {}
+
+
+# ------------------------------------------------------------------ errors as one line
+
+
+def _keys_of(root: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys allowed in the mapping that holds ``loc[-1]``."""
+    cls: type[BaseModel] = root
+    for part in loc[:-1]:
+        field = cls.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return []
+        sub = [a for a in getattr(field.annotation, "__args__", (field.annotation,))
+               if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not sub:
+            return []
+        cls = sub[0]
+    return list(cls.model_fields)
+
+
+def _pick(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """Unknown keys first (a typo explains the "missing" key next to it), then the first."""
+    for kind in ("extra_forbidden", "invalid_key"):
+        for err in errors:
+            if err["type"] == kind:
+                return err
+    return errors[0]
+
+
+def catalog_error(exc: ValidationError, where: str, root: type[BaseModel]) -> CatalogError:
+    """The first problem of a failed entry validation, as one line naming ``where`` + key."""
+    err = _pick(exc.errors(include_url=False))
+    loc = tuple(err["loc"])
+    path = ".".join([where, *(str(p) for p in loc)])
+    kind = err["type"]
+    if kind == "specsim_key":
+        return CatalogError(f"{path}.{err['ctx']['key']}: {err['ctx']['message']}")
+    if kind == "specsim":
+        return CatalogError(f"{path}: {err['ctx']['message']}")
+    if kind == "extra_forbidden":
+        bad = loc[-1]
+        keys = _keys_of(root, loc)
+        hint = difflib.get_close_matches(bad, keys, n=1) if isinstance(bad, str) else []
+        tip = f"did you mean {hint[0]!r}? " if hint else ""
+        return CatalogError(f"{path}: unknown key ({tip}expected one of: {', '.join(keys)})")
+    if kind == "invalid_key":
+        return CatalogError(f"{path}: unknown key (keys are names, got {_show(loc[-1])})")
+    if kind == "missing":
+        return CatalogError(f"{path}: required key is missing")
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return CatalogError(f"{path}: expected a mapping, got {type(err.get('input')).__name__}")
+    return CatalogError(f"{path}: {err['msg']}")
+
+
+def validate_entry(cls: type[Entry], entry: Any, where: str) -> Any:
+    """``entry`` as a ``cls``, or a one-line ``CatalogError``."""
+    if not isinstance(entry, dict):
+        raise CatalogError(f"{where}: expected a mapping, got {type(entry).__name__}")
+    try:
+        return cls.model_validate(entry)
+    except ValidationError as exc:
+        raise catalog_error(exc, where, cls) from None
+
+
+def catalog_json_schema() -> dict[str, Any]:
+    """JSON Schema of the catalog files and their entries (for editors and tools)."""
+    schema = Catalogs.model_json_schema()
+    schema["title"] = "specsim catalogs"
+    schema["description"] = ("hardware.yaml, models.yaml and quantization.yaml, by entry name; "
+                             "an inline hardware.accelerator is a HardwareEntry (plus name), "
+                             "an inline model or speculation.drafter a ModelEntry (plus name)")
+    return schema
