@@ -156,13 +156,14 @@ class ForwardCostModel:
         c_lin, m_lin, c_att, m_att = self._parts(t, qc, ctx, lg)
         c_lin_q = c_lin * (1.0 + self._dequant)
         comm = self._comm_per_token * t + self._comm_fixed
+        total = np.maximum(c_lin_q, m_lin) + np.maximum(c_att, m_att) + comm + self._overhead
+        flops = c_lin * self._lin_rate + c_att * self._attn_rate
+        nbytes = (m_lin + m_att) * self._bw
+        parts = [total, c_lin_q + c_att, m_lin + m_att, comm, flops, nbytes]
         live = t > 0
-        total = np.where(live, np.maximum(c_lin_q, m_lin) + np.maximum(c_att, m_att) + comm
-                         + self._overhead, 0.0)
-        flops = np.where(live, c_lin * self._lin_rate + c_att * self._attn_rate, 0.0)
-        nbytes = np.where(live, (m_lin + m_att) * self._bw, 0.0)
-        return (total, np.where(live, c_lin_q + c_att, 0.0), np.where(live, m_lin + m_att, 0.0),
-                np.where(live, comm, 0.0), flops, nbytes)
+        if not live.all():  # a pass with no tokens is not launched
+            parts = [np.where(live, x, 0.0) for x in parts]
+        return tuple(parts)
 
     def time_and_work(self, tokens, qc, ctx, logits=None):
         """Seconds, FLOPs and bytes of passes (arrays of aggregates, one pass each)."""

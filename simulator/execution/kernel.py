@@ -87,6 +87,7 @@ class Kernel:
         B = len(rows)
         S = steps if fixed_k is not None and steps > 1 else 1
         pre0, done0 = shape.prefill, shape.completes
+        has_pre = bool(pre0.any())  # most segments are pure decode: skip the prefill rules
         gen0 = t.generated[rows]
         left0 = t.output[rows] - gen0
         if S > 1:
@@ -119,18 +120,22 @@ class Kernel:
         else:
             afull = np.zeros((S, B), np.int64)
         efull = afull + 1
-        efull[0] = np.where(pre0, done0, efull[0])
+        if has_pre:
+            efull[0] = np.where(pre0, done0, efull[0])
         before = np.minimum(np.cumsum(efull, axis=0) - efull, left0[None, :])
         left = left0[None, :] - before
         alive = left > 0  # a finished row leaves the batch: no tokens, no KV after its end
         k = np.minimum(kfull, np.maximum(left - 1, 0))
         acc = np.minimum(afull, k)
         emit = np.where(alive, acc + 1, 0)
-        emit[0] = np.where(pre0, done0, emit[0])
+        if has_pre:
+            emit[0] = np.where(pre0, done0, emit[0])
         q = np.where(alive, self.drafter.verify_width(k), 0)
-        q[0] = np.where(pre0, shape.chunk, q[0])
+        if has_pre:
+            q[0] = np.where(pre0, shape.chunk, q[0])
         kv_add = emit.copy()
-        kv_add[0] = np.where(pre0, shape.chunk, emit[0])
+        if has_pre:
+            kv_add[0] = np.where(pre0, shape.chunk, emit[0])
         finishing = alive & (left == emit)
         n_alive = alive.sum(axis=1)
         ok = n_alive > 0  # once every row is done the worker idles
@@ -141,11 +146,12 @@ class Kernel:
         held = -(-kvb // bs)
         blocks0 = t.blocks[rows]
         held[0] = blocks0
-        if S > 1:
-            held[1] = np.where(pre0, np.maximum(blocks0, need[0]), held[1])  # prefill keeps its reserve
+        if S > 1 and has_pre:  # a prefill keeps its reserve
+            held[1] = np.where(pre0, np.maximum(blocks0, need[0]), held[1])
         during_rows = np.where(alive, np.maximum(held, need), 0)
         after_rows = np.minimum(during_rows, -(-(kvb + kv_add) // bs))
-        after_rows[0] = np.where(pre0, during_rows[0], after_rows[0])
+        if has_pre:
+            after_rows[0] = np.where(pre0, during_rows[0], after_rows[0])
         after_rows[finishing] = 0
         during = during_rows.sum(axis=1)
         if S > 1:
@@ -160,7 +166,7 @@ class Kernel:
         logits = tokens.copy()
         pf_tokens = np.zeros(S)
         pf_qc = np.zeros(S)
-        if pre0.any():
+        if has_pre:
             pf_tokens[0] = float(qf[0, pre0].sum())
             pf_qc[0] = float(area[0, pre0].sum())
             logits[0] = tokens[0] - pf_tokens[0] + float((done0 & pre0).sum())

@@ -73,9 +73,13 @@ class SequentialDrafter(Drafter):
             z = np.zeros(S)
             return z, z, z
         j = np.arange(kmax)
-        mask = k[:, :, None] > j[None, None, :]  # (S, B, passes): rows in pass j of step s
-        n = mask.sum(axis=1).astype(np.float64)
-        c = np.einsum("sb,sbj->sj", ctx, mask) + j[None, :] * n  # each pass reads ctx + j
+        # rows in pass j of step s: those drafting more than j tokens (counted by k value)
+        width = kmax + 1
+        idx = (np.arange(S)[:, None] * width + np.minimum(k, kmax)).ravel()
+        cnt = np.bincount(idx, minlength=S * width).reshape(S, width)
+        csum = np.bincount(idx, weights=ctx.ravel(), minlength=S * width).reshape(S, width)
+        n = (cnt[:, ::-1].cumsum(axis=1)[:, ::-1])[:, 1:].astype(np.float64)
+        c = (csum[:, ::-1].cumsum(axis=1)[:, ::-1])[:, 1:] + j[None, :] * n  # reads ctx + j
         tok, qc = n.copy(), c + n  # one token per row, attending ctx + j + 1
         tok[:, 0] += pf_tokens  # the drafter prefills new prompt chunks in its first pass
         qc[:, 0] += pf_qc
