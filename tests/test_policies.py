@@ -16,7 +16,7 @@ from specsim.simulator.kv.eviction import LeastProgress, Newest
 from specsim.simulator.registry import EVICTION, ROUTERS, SPECULATION_POLICIES
 from specsim.simulator.routing.routers import Decision, Router
 from specsim.simulator.scenario import schema
-from specsim.simulator.speculation.drafters import SpeculationPolicy
+from specsim.simulator.speculation.policies import SpeculationPolicy
 from tests.conftest import make_trace
 
 

@@ -106,8 +106,8 @@ def test_think_times_that_overflow_are_refused():
     section = _synthetic(
         {"process": "poisson", "rate": 1},
         requests=50,
-        sessions={"turns": 5, "think_time_s": {"distribution": "lognormal", "median": 1,
-                                               "sigma": 1000}},
+        sessions={"turns": 5, "think_time_s": {"distribution": "lognormal", "median": 1e300,
+                                               "sigma": 10}},
     )
     _refused(section, "workload.synthetic.sessions.think_time_s: the draws overflow", TraceError)
 
@@ -288,6 +288,8 @@ def test_gzip_json_lines_with_a_byte_order_mark(tmp_path):
         ({"prompt_tokens": float("nan")}, "workload.synthetic.prompt_tokens: expected a number"),
         ({"shared_prefix_tokens": 1e300}, "up to 2^53, got 1e+300"),
         ({"requests": 10**400}, "workload.synthetic.requests: expected a positive integer"),
+        ({"output_tokens": {"distribution": "lognormal", "mean": 200, "sigma": 1e300}},
+         "workload.synthetic.output_tokens.sigma: expected a number from 0 to 50, got 1e+300"),
     ],
 )
 def test_odd_numbers_in_a_synthetic_section(keys, match):

@@ -64,7 +64,8 @@ class Distribution:
 
 
 def _lognormal(sec: Section) -> dict[str, float]:
-    sigma = sec.number("sigma", required=True, minimum=0.0)
+    # (exp(50) is already ~5e21: a larger sigma is a typo, and its sigma^2 overflows)
+    sigma = sec.number("sigma", required=True, minimum=0.0, maximum=50.0)
     has_mean, has_median = sec.has("mean"), sec.has("median")
     if has_mean == has_median:
         raise TraceError(f"{sec.path}: lognormal needs exactly one of mean or median (and sigma)")

@@ -49,8 +49,8 @@ from specsim.simulator.speculation.drafters import (
     Drafter,
     DrafterModel,
     build_drafter,
-    make_policy,
 )
+from specsim.simulator.speculation.policies import make_policy
 from specsim.traces.errors import TraceError
 
 USER_ERRORS = (ScenarioError, CatalogError, TraceError)

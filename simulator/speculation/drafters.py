@@ -15,7 +15,7 @@ import numpy as np
 from specsim.cost_models.catalog import get_model, get_precision
 from specsim.cost_models.roofline import ForwardCostModel, attention_area
 from specsim.errors import ScenarioError
-from specsim.simulator.registry import DRAFTERS, SPECULATION_POLICIES
+from specsim.simulator.registry import DRAFTERS
 
 
 class Drafter:
@@ -291,49 +291,3 @@ def eagle_head(target_model, layers: int = 1):
                    vocab_size=min(target_model.vocab_size, EAGLE3_DRAFT_VOCAB),
                    source=f"derived: {layers} decoder layer(s) of {target_model.name} + LM head "
                           f"over a {EAGLE3_DRAFT_VOCAB}-token draft vocabulary (EAGLE-3)")
-
-
-# ------------------------------------------------------------------ policies
-
-
-class SpeculationPolicy:
-    """Interface: the draft length of each decode row this iteration.
-
-    ``choose(rows, table)`` returns one k per row. A policy whose k never changes declares it
-    as ``fixed_k``: the kernel may then plan many iterations at once.
-    """
-
-    name = "policy"
-    fixed_k: int | None = None
-
-    def __init__(self, k: int) -> None:
-        self.k = k
-
-    def choose(self, rows: np.ndarray, table) -> np.ndarray:
-        raise NotImplementedError
-
-
-@SPECULATION_POLICIES.register("static")
-class StaticK(SpeculationPolicy):
-    """The scenario's k for every row, every iteration."""
-
-    def __init__(self, k: int) -> None:
-        super().__init__(k)
-        self.fixed_k = k
-
-    def choose(self, rows: np.ndarray, table) -> np.ndarray:
-        return np.full(len(rows), self.k, dtype=np.int64)
-
-
-@SPECULATION_POLICIES.register("off")
-class Off(StaticK):
-    """No drafting (also what ``method: none`` or ``k: 0`` mean)."""
-
-    def __init__(self, k: int = 0) -> None:
-        super().__init__(0)
-
-
-def make_policy(policy: str, method: str, k: int) -> SpeculationPolicy:
-    if method == "none" or k == 0:
-        return Off()
-    return SPECULATION_POLICIES.get(policy)(k)
