@@ -83,8 +83,14 @@ class FcfsScheduler(BatchScheduler):
                 shrunk = True
             # prefill chunks from what the budget has left, in admission order
             room = max(budget - dec_tokens, 0)
-            rem = (target - kvlen)[~decoding]
-            if self.chunked_prefill:
+            prefilling = ~decoding
+            rem = (target - kvlen)[prefilling]
+            if len(rem) == 1:  # the common case: one new prompt (no array work)
+                r0 = int(rem[0])
+                fits = r0 <= room or (not self.chunked_prefill and not len(dec))
+                chunk = np.array([min(r0, room) if self.chunked_prefill else
+                                  (r0 if fits else 0)], np.int64)
+            elif self.chunked_prefill:
                 chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)
             else:
                 fits = np.cumsum(rem) <= room
@@ -96,13 +102,16 @@ class FcfsScheduler(BatchScheduler):
             if grow > kv.free:
                 worker.preempt(grow - kv.free)
                 continue
-            kk = np.zeros(len(run), np.int64)
-            kk[decoding] = k
-            ch = np.zeros(len(run), np.int64)
-            ch[~decoding] = chunk
-            completes = np.zeros(len(run), bool)
-            completes[~decoding] = chunk >= rem
-            uniform = (not shrunk and bool(completes[~decoding].all())
-                       and policy.fixed_k is not None
+            all_complete = bool((chunk >= rem).all())
+            if not len(rem):  # all decoding: k as chosen, no chunks
+                kk, ch, completes = k, np.zeros(len(run), np.int64), np.zeros(len(run), bool)
+            else:
+                kk = np.zeros(len(run), np.int64)
+                kk[decoding] = k
+                ch = np.zeros(len(run), np.int64)
+                ch[prefilling] = chunk
+                completes = np.zeros(len(run), bool)
+                completes[prefilling] = chunk >= rem
+            uniform = (not shrunk and all_complete and policy.fixed_k is not None
                        and len(run) * int(drafter.verify_width(policy.fixed_k)) <= budget)
-            return StepShape(run, kk, ch, ~decoding, completes, uniform)
+            return StepShape(run, kk, ch, prefilling, completes, uniform)
