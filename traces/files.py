@@ -20,7 +20,9 @@ from specsim.traces.errors import TraceError
 _TEMP = re.compile(r"^\..*\.specsim-tmp-(\d+)-[0-9a-f]{8}(?:\.[^.]+)?$")
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid runs (a pid too large to exist counts as running:
+    the cautious answer when deciding whether a temporary file is stale)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -38,7 +40,7 @@ def _clean_stale(folder: Path) -> None:
         return
     for entry in entries:
         m = _TEMP.match(entry.name)
-        if m and entry.is_file() and not entry.is_symlink() and not _alive(int(m.group(1))):
+        if m and entry.is_file() and not entry.is_symlink() and not pid_alive(int(m.group(1))):
             entry.unlink(missing_ok=True)
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from specsim.errors import ScenarioError
 from specsim.simulator.cluster.engine import Result, finite_or_none
+from specsim.traces.files import pid_alive
 
 MARKER = ".specsim-output"
 _TEMP = re.compile(r"^\..*\.specsim-(?:tmp|old)-(\d+)-[0-9a-f]{8}$")
@@ -38,20 +39,10 @@ def metrics_json(result: Result, include_wall_time: bool = True) -> str:
     return json.dumps(finite_or_none(m), indent=2, sort_keys=False) + "\n"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
-
-
 def _stale(entry: Path) -> bool:
     """A ``.NAME.specsim-tmp-<pid>-<hex>`` folder whose run is gone (killed mid-write)."""
     m = _TEMP.match(entry.name)
-    return bool(m) and entry.is_dir() and not entry.is_symlink() and not _alive(int(m.group(1)))
+    return bool(m) and entry.is_dir() and not entry.is_symlink() and not pid_alive(int(m.group(1)))
 
 
 def clean_stale(parent: Path) -> list[Path]:
