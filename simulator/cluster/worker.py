@@ -89,6 +89,7 @@ class Worker:
         self.eviction = eviction if eviction is not None else Newest()
         self.notify_finishes = notify_finishes  # commit at each finish (closed-loop clients)
         self._resumed_at = -1.0  # when this process last planned or committed
+        self._hint: float | None = None  # the next arrival foreseen when planning
         self.run = np.zeros(0, np.int64)
         self.waiting: deque[int] = deque()
         self.preemptions = 0
@@ -155,6 +156,11 @@ class Worker:
             if self.multi_step and shape.uniform and not self.waiting:
                 steps = self._segment_length()
             seg = self.kernel.plan(shape, env.now, steps, self.policy.fixed_k)
+            if steps > 1 and self._hint is not None:
+                # end where the foreseen arrival would cut it anyway: no interrupt needed
+                n = seg.steps_started_before(self._hint)
+                if 0 < n < seg.m:
+                    seg.m = n
             self.seg = seg
             self._resumed_at = env.now
             fin_steps = (np.flatnonzero(seg.finishing[:seg.m].any(axis=1))
@@ -180,6 +186,7 @@ class Worker:
         twice the last segment's length. Only speed depends on it: a segment cut short by
         an unforeseen arrival commits exactly what it would have run step by step."""
         hint = self.arrival_hint(self.wid) if self.arrival_hint is not None else None
+        self._hint = hint
         if hint is None or self._last_dt <= 0:
             return self._planned_steps
         ahead = hint - self.env.now
