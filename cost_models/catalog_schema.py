@@ -11,12 +11,12 @@ dataclasses (``HardwareSpec``, ``ModelSpec``, ...) are built from these in ``cat
 from __future__ import annotations
 
 import datetime
-import difflib
 import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
-from pydantic_core import PydanticCustomError
+
+from specsim.messages import fail, fail_key, own_message, show, unknown_key
 
 from .errors import CatalogError
 
@@ -26,17 +26,8 @@ MAX_NUMBER = 1e15  # a sanity bound on every catalog number (inline entries incl
 MIN_POSITIVE = 1e-6  # and on the smallest positive one (TFLOP/s, GB, GB/s, W)
 
 
-def _fail(message: str) -> PydanticCustomError:
-    return PydanticCustomError("specsim", "{message}", {"message": message})
-
-
-def _fail_key(key: str, message: str) -> PydanticCustomError:
-    return PydanticCustomError("specsim_key", "{message}", {"key": key, "message": message})
-
-
-def _show(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _show(value: Any) -> str:
+    return show(value, 60)
 
 
 def _g(x: float) -> str:
@@ -52,20 +43,20 @@ def _number(positive: bool, integer: bool, nullable: bool):
         if value is None:
             if nullable:
                 return None
-            raise _fail("expected a value, got null")
+            raise fail("expected a value, got null")
         ok = isinstance(value, int | float) and not isinstance(value, bool)
         if integer:
             ok = isinstance(value, int) and not isinstance(value, bool)
         if not ok:
-            raise _fail(f"expected {'an integer' if integer else 'a number'}, got {_show(value)}")
+            raise fail(f"expected {'an integer' if integer else 'a number'}, got {_show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise _fail(f"expected a finite number, got {value}")
+            raise fail(f"expected a finite number, got {value}")
         if value > MAX_NUMBER:  # sizes and rates beyond this overflow the cost model's floats
-            raise _fail(f"expected a number at most {MAX_NUMBER:g}, got {value!r}")
+            raise fail(f"expected a number at most {MAX_NUMBER:g}, got {value!r}")
         if positive and 0 < value < MIN_POSITIVE:  # e.g. 1e-300 GB/s: times overflow to inf
-            raise _fail(f"expected a number at least {MIN_POSITIVE:g}, got {value!r}")
+            raise fail(f"expected a number at least {MIN_POSITIVE:g}, got {value!r}")
         if value < 0 or (positive and value == 0):
-            raise _fail(f"expected a {'positive' if positive else 'non-negative'} number, "
+            raise fail(f"expected a {'positive' if positive else 'non-negative'} number, "
                         f"got {value!r}")
         return value
 
@@ -96,7 +87,7 @@ def _text(nullable: bool = False, dates: bool = False):
         if dates and isinstance(value, datetime.date):  # price_date: 2026-01-15 unquoted
             return value.isoformat()
         if not isinstance(value, str):
-            raise _fail(f"expected a string, got {_show(value)}")
+            raise fail(f"expected a string, got {_show(value)}")
         return value
 
     return check
@@ -105,9 +96,9 @@ def _text(nullable: bool = False, dates: bool = False):
 def _choice(choices: tuple[str, ...]):
     def check(value: Any) -> Any:
         if not isinstance(value, str):
-            raise _fail(f"expected a string, got {_show(value)}")
+            raise fail(f"expected a string, got {_show(value)}")
         if value not in choices:
-            raise _fail(f"expected one of {', '.join(choices)}, got {_show(value)}")
+            raise fail(f"expected one of {', '.join(choices)}, got {_show(value)}")
         return value
 
     return check
@@ -115,7 +106,7 @@ def _choice(choices: tuple[str, ...]):
 
 def _bool(value: Any) -> Any:
     if not isinstance(value, bool):
-        raise _fail(f"expected true or false, got {_show(value)}")
+        raise fail(f"expected true or false, got {_show(value)}")
     return value
 
 
@@ -162,7 +153,7 @@ class PowerW(Entry):
     @model_validator(mode="after")
     def _idle_at_most_max(self) -> PowerW:
         if self.idle > self.max:
-            raise _fail_key("idle", f"expected at most power_w.max ({_g(self.max)}), "
+            raise fail_key("idle", f"expected at most power_w.max ({_g(self.max)}), "
                                     f"got {_g(self.idle)}")
         return self
 
@@ -194,7 +185,7 @@ class MoEEntry(Entry):
     @model_validator(mode="after")
     def _top_k_in_range(self) -> MoEEntry:
         if self.top_k < 1 or self.top_k > self.n_experts:
-            raise _fail_key("top_k", f"expected 1..n_experts, got {self.top_k}")
+            raise fail_key("top_k", f"expected 1..n_experts, got {self.top_k}")
         return self
 
 
@@ -221,9 +212,9 @@ class ModelEntry(Entry):
     @model_validator(mode="after")
     def _shape(self) -> ModelEntry:
         if self.moe is None and self.intermediate_size == 0:
-            raise _fail_key("intermediate_size", "expected a positive number, got 0")
+            raise fail_key("intermediate_size", "expected a positive number, got 0")
         if self.n_heads % self.n_kv_heads:
-            raise _fail_key("n_kv_heads", f"expected a divisor of n_heads ({self.n_heads}), "
+            raise fail_key("n_kv_heads", f"expected a divisor of n_heads ({self.n_heads}), "
                                           f"got {self.n_kv_heads}")
         return self
 
@@ -289,16 +280,11 @@ def catalog_error(exc: ValidationError, where: str, root: type[BaseModel]) -> Ca
     loc = tuple(err["loc"])
     path = ".".join([where, *(str(p) for p in loc)])
     kind = err["type"]
-    if kind == "specsim_key":
-        return CatalogError(f"{path}.{err['ctx']['key']}: {err['ctx']['message']}")
-    if kind == "specsim":
-        return CatalogError(f"{path}: {err['ctx']['message']}")
+    own = own_message(err, path)
+    if own is not None:
+        return CatalogError(own)
     if kind == "extra_forbidden":
-        bad = loc[-1]
-        keys = _keys_of(root, loc)
-        hint = difflib.get_close_matches(bad, keys, n=1) if isinstance(bad, str) else []
-        tip = f"did you mean {hint[0]!r}? " if hint else ""
-        return CatalogError(f"{path}: unknown key ({tip}expected one of: {', '.join(keys)})")
+        return CatalogError(f"{path}: " + unknown_key(loc[-1], _keys_of(root, loc)))
     if kind == "invalid_key":
         return CatalogError(f"{path}: unknown key (keys are names, got {_show(loc[-1])})")
     if kind == "missing":

@@ -12,15 +12,15 @@ both stay mappings here.
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
-from pydantic_core import PydanticCustomError
 
+from specsim import messages
 from specsim.errors import ScenarioError
+from specsim.messages import fail, fail_key, own_message, unknown_key
 from specsim.simulator.registry import (
     BATCH_SCHEDULERS,
     EVICTION,
@@ -37,14 +37,8 @@ SPEC_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "pard", "dflash
 
 
 def show(value: Any, limit: int = 60) -> str:
-    """A value as an error message quotes it: repr, numpy scalars as plain numbers, short."""
-    if hasattr(value, "item") and not isinstance(value, list | dict | str | bytes):
-        try:
-            value = value.item()  # np.float64(-5.0) -> -5.0
-        except (TypeError, ValueError):
-            pass
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    """A value as a scenario message quotes it (60 characters at most)."""
+    return messages.show(value, limit)
 
 
 def _num(x: float) -> str:
@@ -53,9 +47,6 @@ def _num(x: float) -> str:
         return f"{int(x)}"
     return f"{x:g}"
 
-
-def _fail(message: str) -> PydanticCustomError:
-    return PydanticCustomError("specsim", "{message}", {"message": message})
 
 
 # ------------------------------------------------------------------ value rules
@@ -69,25 +60,25 @@ def _number(kind: str, lo: float | None, hi: float | None, exclusive_lo: bool,
         if value is None:
             if nullable:
                 return None
-            raise _fail("expected a value, got null")
+            raise fail("expected a value, got null")
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise _fail(f"expected {word}, got {show(value)}")
+            raise fail(f"expected {word}, got {show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise _fail(f"expected a finite number, got {value}")
+            raise fail(f"expected a finite number, got {value}")
         given = value  # messages quote what was written (1e+30, not its int)
         if kind == "int":
             if isinstance(value, float):
                 if not value.is_integer():
-                    raise _fail(f"expected an integer, got {show(value)}")
+                    raise fail(f"expected an integer, got {show(value)}")
                 value = int(value)
         else:
             value = float(value)
         top = hi if hi is not None else (INT_HI if kind == "int" else None)
         if lo is not None and (value < lo or (exclusive_lo and value == lo)):
             rel = "greater than" if exclusive_lo else "at least"
-            raise _fail(f"expected {word} {rel} {_num(lo)}, got {show(given)}")
+            raise fail(f"expected {word} {rel} {_num(lo)}, got {show(given)}")
         if top is not None and value > top:
-            raise _fail(f"expected {word} at most {_num(top)}, got {show(given)}")
+            raise fail(f"expected {word} at most {_num(top)}, got {show(given)}")
         return value
 
     check.kind, check.lo, check.hi = kind, lo, hi if hi is not None else (
@@ -131,9 +122,9 @@ def _typed(pytype: type, expected: str, nullable: bool = False):
         if value is None:
             if nullable:
                 return None
-            raise _fail("expected a value, got null")
+            raise fail("expected a value, got null")
         if not isinstance(value, pytype) or (pytype is int and isinstance(value, bool)):
-            raise _fail(f"expected {expected}, got {show(value)}")
+            raise fail(f"expected {expected}, got {show(value)}")
         return value
 
     check.kind = {bool: "bool", str: "str", dict: "mapping"}.get(pytype, "ref")
@@ -155,7 +146,7 @@ OptRef = Annotated[str | dict[str, Any] | None, BeforeValidator(
 def _registered(registry: Registry):
     def check(value: Any) -> Any:
         if not isinstance(value, str) or value not in registry:
-            raise _fail(f"expected one of {', '.join(registry.names())}, got {show(value)}")
+            raise fail(f"expected one of {', '.join(registry.names())}, got {show(value)}")
         return value
 
     check.kind = "choice"
@@ -193,7 +184,7 @@ def _section(cls: type[Section]):
         if value is None:
             return {}
         if not isinstance(value, dict | Section):
-            raise _fail(f"expected a mapping, got {show(value)}")
+            raise fail(f"expected a mapping, got {show(value)}")
         return value
 
     return Annotated[cls, BeforeValidator(check), Field(default_factory=cls)]
@@ -280,12 +271,10 @@ def _speculation_in(value: Any) -> Any:
     if isinstance(value, Section):
         return value
     if not isinstance(value, dict):
-        raise _fail(f"expected a mapping, got {show(value)}")
+        raise fail(f"expected a mapping, got {show(value)}")
     method = value.get("method", "none")
     if not isinstance(method, str) or method not in SPEC_METHODS:
-        raise PydanticCustomError("specsim_key", "{message}", {
-            "key": "method",
-            "message": f"expected one of {', '.join(SPEC_METHODS)}, got {show(method)}"})
+        raise fail_key("method", f"expected one of {', '.join(SPEC_METHODS)}, got {show(method)}")
     return {**value, "method": method}
 
 
@@ -399,21 +388,17 @@ def scenario_error(exc: ValidationError) -> ScenarioError:
     loc = tuple(err["loc"])
     path = _path(loc)
     kind = err["type"]
-    if kind == "specsim_key":
-        return ScenarioError(f"{path}.{err['ctx']['key']}: {err['ctx']['message']}")
-    if kind == "specsim":
-        return ScenarioError(f"{path or 'scenario'}: {err['ctx']['message']}")
+    own = own_message(err, path or "scenario")
+    if own is not None:
+        return ScenarioError(own)
     if kind == "extra_forbidden":
         bad = loc[-1]
-        keys = _keys_of(loc)
         name = bad if isinstance(bad, str) and bad.isprintable() and len(bad) <= 60 else show(bad)
-        hint = difflib.get_close_matches(bad, keys, n=1) if isinstance(bad, str) else []
-        tip = f"did you mean {hint[0]!r}? " if hint else ""
         where = _path(loc[:-1])
         method = (f" for speculation.method {loc[1]}"
                   if loc[:1] == ("speculation",) and len(loc) == 3 else "")
-        return ScenarioError(f"{where + '.' if where else ''}{name}: unknown key{method} "
-                             f"({tip}expected one of: {', '.join(keys)})")
+        return ScenarioError(f"{where + '.' if where else ''}{name}: "
+                             + unknown_key(bad, _keys_of(loc), method))
     if kind == "invalid_key":
         return ScenarioError(f"{path}: unknown key (keys are names, got {show(loc[-1])})")
     if kind in ("model_type", "model_attributes_type", "dict_type"):
