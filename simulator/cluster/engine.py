@@ -217,7 +217,6 @@ class Simulation:
                 eviction=EVICTION.get(s["preemption"])()))
         self.router = make_router(sc["router"]["policy"], self.n_workers)
         self.progress = progress
-        self.finished = 0
         self.rejected_reasons: dict[str, int] = {}
         self.next_rid = 0  # requests before this one have arrived (or been sent)
         self._plan_arrivals()
@@ -313,7 +312,6 @@ class Simulation:
         return self.workers[decision.worker]
 
     def on_finish(self, rows: np.ndarray) -> None:
-        self.finished += len(rows)
         self.arrivals.on_done(rows)
 
     # ------------------------------------------------------------------ running

@@ -114,9 +114,8 @@ class Kernel:
         if kmax > 0:
             cond = np.minimum(self.alpha_table[t.cls_idx[rows], :kmax]
                               * t.alpha_scale[rows, None], 1.0)
-            surv = np.cumprod(cond, axis=1)  # (B, kmax)
             u = rng.uniform(t.accept_key[rows][None, :], sidx)  # (S, B)
-            afull = np.minimum((u[:, :, None] <= surv[None, :, :]).sum(axis=2), kfull)
+            afull = self.acceptance.accepted(u, cond, kfull)
         else:
             afull = np.zeros((S, B), np.int64)
         efull = afull + 1

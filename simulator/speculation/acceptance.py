@@ -191,13 +191,15 @@ class AcceptanceModel:
     def accepted(u: np.ndarray, cond_alpha: np.ndarray, k: np.ndarray) -> np.ndarray:
         """Accepted drafts per row: #{j < k_i : u_i <= prod_{l<=j} alpha_il}.
 
-        cond_alpha: rows' conditional alphas (n x kmax), already scaled per request.
+        The one survival-curve sampler. cond_alpha: the rows' conditional alphas
+        (n x kmax), already scaled per request; u and k: one per row (n,), or per step and
+        row (steps x n) for a segment planned at once.
         """
         kmax = cond_alpha.shape[1]
         surv = np.cumprod(cond_alpha, axis=1)
-        ok = (u[:, None] <= surv) & (np.arange(kmax)[None, :] < k[:, None])
+        ok = (u[..., None] <= surv) & (np.arange(kmax) < k[..., None])
         # survival is non-increasing, so leading successes = count of successes
-        return ok.sum(axis=1)
+        return ok.sum(axis=-1)
 
 
 _ACCEPT_KEYS = {"profile", "by_class", "default", "per_request", "temperature_sensitivity",
