@@ -195,11 +195,10 @@ class AcceptanceModel:
         (n x kmax), already scaled per request; u and k: one per row (n,), or per step and
         row (steps x n) for a segment planned at once.
         """
-        kmax = cond_alpha.shape[1]
         surv = np.cumprod(cond_alpha, axis=1)
-        ok = (u[..., None] <= surv) & (np.arange(kmax) < k[..., None])
-        # survival is non-increasing, so leading successes = count of successes
-        return ok.sum(axis=-1)
+        # survival is non-increasing, so the successes are the leading positions: count
+        # them all, then cap at k (cheaper than masking positions >= k)
+        return np.minimum((u[..., None] <= surv).sum(axis=-1), k)
 
 
 _ACCEPT_KEYS = {"profile", "by_class", "default", "per_request", "temperature_sensitivity",
