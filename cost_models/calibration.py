@@ -16,6 +16,7 @@ import yaml
 from .errors import CatalogError
 
 UNCALIBRATED = "uncalibrated default"
+UNCALIBRATED_REF = "uncalibrated"  # ``calibration: uncalibrated`` in a scenario
 
 # Measured dense-matmul ceilings as a share of the datasheet BF16 peak
 # (stas00/ml-engineering, compute/accelerator/README.md, via shared/REFERENCES.md).
@@ -23,9 +24,29 @@ _MEASURED_MATMUL_ETA = {"A100-SXM-80GB": 0.87, "H100-SXM": 0.80, "H200-SXM": 0.8
                         "B200": 0.78, "MI300X": 0.51}
 
 
+# The per-op structure's parameters beyond the original four, with the neutral value each
+# takes when a profile does not fit it (the original roofline). SI units; efficiencies are
+# shares of the datasheet peak or bandwidth.
+EXTRA_PARAMS: dict[str, float | None] = {
+    "matmul_half_tokens": 0.0,  # tokens per pass at which matmul efficiency is half its max
+    "eta_elementwise": None,  # norms, residual adds, rope, activation (None: eta_memory)
+    "eta_attn_prefill": None,  # attention FLOPs vs the bf16 peak (None: eta_compute)
+    "eta_attn_decode": None,  # attention KV reads vs bandwidth (None: eta_memory)
+    "allreduce_latency_s": None,  # per all-reduce (None: the catalog link latency)
+    "allreduce_bw_eff": 1.0,  # achieved all-reduce bus bandwidth vs the catalog link
+    "engine_fixed_s": 0.0,  # CPU work per iteration: scheduler, input preparation
+    "engine_per_seq_s": 0.0,  # ... per sequence in the batch (sampling, bookkeeping)
+    "engine_per_prefill_s": 0.0,  # ... per prompt chunk in the batch
+    "draft_pass_overhead_s": None,  # fixed cost of one drafter pass (None: fixed_overhead_s)
+    "spec_step_overhead_s": 0.0,  # per speculative step: proposer launch, rejection sampling
+    "spec_token_overhead_s": 0.0,  # per drafted token: bookkeeping, KV slot handling
+}
+
+
 @dataclass(frozen=True)
 class Calibration:
-    """Roofline scaling: eta_c and eta_m, plus fixed costs per forward pass."""
+    """Roofline scaling: efficiencies per op group, kernel floors and overheads per pass,
+    all-reduce latency/bandwidth, and the engine's and speculation's CPU work per step."""
 
     name: str
     eta_compute: float
@@ -36,6 +57,24 @@ class Calibration:
     source: str
     hardware: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    matmul_half_tokens: float = 0.0
+    eta_elementwise: float | None = None
+    eta_attn_prefill: float | None = None
+    eta_attn_decode: float | None = None
+    allreduce_latency_s: float | None = None
+    allreduce_bw_eff: float = 1.0
+    engine_fixed_s: float = 0.0
+    engine_per_seq_s: float = 0.0
+    engine_per_prefill_s: float = 0.0
+    draft_pass_overhead_s: float | None = None
+    spec_step_overhead_s: float = 0.0
+    spec_token_overhead_s: float = 0.0
+
+    def values(self) -> dict[str, float | None]:
+        """Every fitted parameter by name (for metrics.json and reports)."""
+        keys = ("eta_compute", "eta_memory", "per_layer_overhead_s", "fixed_overhead_s",
+                *EXTRA_PARAMS)
+        return {k: getattr(self, k) for k in keys}
 
 
 def uncalibrated_default(hardware_name: str) -> Calibration:
@@ -60,6 +99,15 @@ def _bundled_dir() -> Any:
 
 def list_profiles() -> list[str]:
     return sorted(p.name[:-5] for p in _bundled_dir().iterdir() if p.name.endswith(".yaml"))
+
+
+def default_profile(hardware_name: str) -> Calibration | None:
+    """The bundled profile fitted to ``hardware_name`` (a file named after it), if any."""
+    if hardware_name in list_profiles():
+        cal = load_profile(hardware_name)
+        if cal.hardware == hardware_name:
+            return cal
+    return None
 
 
 def load_profile(ref: str, base_dir: Path | None = None, where: str = "calibration") -> Calibration:
@@ -109,6 +157,24 @@ def profile_from_dict(data: Any, origin: str, default_name: str = "profile") -> 
         if not 0 < vals[key] <= 1.5:
             raise CatalogError(f"{origin}: fitted.{key}: expected a value in (0, 1.5], got "
                                f"{vals[key]}")
+    for key, neutral in EXTRA_PARAMS.items():
+        v = fitted.get(key, neutral)
+        if v is None:
+            vals[key] = None
+            continue
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < float("inf"):
+            raise CatalogError(f"{origin}: fitted.{key}: expected a non-negative number, got {v!r}")
+        vals[key] = float(v)
+    for key in ("eta_elementwise", "eta_attn_prefill", "eta_attn_decode", "allreduce_bw_eff"):
+        if vals[key] is not None and not 0 < vals[key] <= 1.5:
+            raise CatalogError(f"{origin}: fitted.{key}: expected a value in (0, 1.5], got "
+                               f"{vals[key]}")
+    unknown = sorted(set(fitted) - {"eta_compute", "eta_memory", "per_layer_overhead_s",
+                                    "fixed_overhead_s", *EXTRA_PARAMS})
+    if unknown:
+        raise CatalogError(f"{origin}: fitted.{unknown[0]}: unknown parameter (known: "
+                           f"eta_compute, eta_memory, per_layer_overhead_s, fixed_overhead_s, "
+                           f"{', '.join(EXTRA_PARAMS)})")
     details = {k: v for k, v in data.items() if k != "fitted"}
     return Calibration(
         name=str(data.get("name", default_name)),

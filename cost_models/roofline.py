@@ -1,8 +1,9 @@
 """Roofline price of one forward pass over a batch (DESIGN.md, "Cost model").
 
-A pass over sequences i with q_i new tokens and attended context c_i costs, per op group,
-max(FLOPs / (peak * eta_c), bytes / (BW * eta_m)), plus tensor-parallel all-reduce and fixed
-overheads. The price depends only on a few batch aggregates, so callers reduce the batch once
+A pass over sequences i with q_i new tokens and attended context c_i costs, per op group
+(linear layers, attention, elementwise), max(FLOPs / (peak * eta), bytes / (BW * eta)) with
+each group's own efficiencies, plus tensor-parallel all-reduce and fixed overheads
+(``ForwardCostModel`` says how). The price depends only on a few batch aggregates, so callers reduce the batch once
 (``BatchShape``) and pricing is O(1); every method also accepts numpy arrays of aggregates so
 many candidate passes can be priced at once.
 """
@@ -66,17 +67,36 @@ class PassCost:
 
 
 class ForwardCostModel:
-    """Prices forward passes of one model on one tensor-parallel group of one accelerator."""
+    """Prices forward passes of one model on one tensor-parallel group of one accelerator.
+
+    Per op group, from batch aggregates (O(1) per pass):
+    - linear layers (QKV, O, MLP or routed experts, LM head): max(FLOPs / (peak * eta_c(T)),
+      weight bytes / (BW * eta_m)), where eta_c(T) = eta_c * T / (T + T_half) says small
+      matmuls run far from peak;
+    - elementwise (norms and residual adds, replicated on every device; rope and the MLP
+      activation, sharded): bytes / (BW * eta_elementwise);
+    - attention: max(FLOPs over the causal area / (bf16 peak * eta_attn_prefill), KV bytes
+      read / (BW * eta_attn_decode));
+    - tensor-parallel all-reduce, two per layer: latency + ring bytes / (link BW * eff);
+    - fixed costs: a floor per layer (kernel launches and tails) and one per pass (a
+      drafter's passes pay ``draft_pass_overhead_s``).
+    The engine's CPU work per iteration and speculation's per-step work are not passes:
+    ``iteration_overhead`` and ``speculation_overhead`` price them for the executor.
+    """
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, tp: int, precision: Precision,
-                 calibration: Calibration) -> None:
+                 calibration: Calibration, role: str = "target") -> None:
         if tp < 1:
             raise CatalogError(f"hardware.tensor_parallel: expected a positive integer, got {tp}")
         self.model, self.hw, self.tp, self.prec, self.cal = model, hardware, tp, precision, calibration
-        m = model
+        self.role = role
+        m, cal = model, calibration
         self.linear_peak, self.linear_dtype = hardware.peak(precision.compute_dtype)
         self.attn_peak, _ = hardware.peak("bf16")
-        eff_c, eff_m = calibration.eta_compute, calibration.eta_memory
+        eff_c, eff_m = cal.eta_compute, cal.eta_memory
+        eff_ew = cal.eta_elementwise if cal.eta_elementwise is not None else eff_m
+        eff_ap = cal.eta_attn_prefill if cal.eta_attn_prefill is not None else eff_c
+        eff_ad = cal.eta_attn_decode if cal.eta_attn_decode is not None else eff_m
         w_b = precision.weights.bytes_per_element
         a_b = precision.activations.bytes_per_element
         kv_b = precision.kv_cache.bytes_per_element
@@ -86,31 +106,45 @@ class ForwardCostModel:
         lin_active = m.active_params_per_token - m.lm_head_params
         self._lin_flops_per_token = 2.0 * lin_active / tp
         self._head_flops_per_logit = 2.0 * m.lm_head_params / tp
+        self._t_half = float(cal.matmul_half_tokens)
         dense_w = (m.n_layers * m.attn_params_per_layer + m.n_dense_layers * m.dense_mlp_params
                    + m.n_moe_layers * m.moe_always_params_per_layer + m.lm_head_params)
         self._dense_weight_bytes = dense_w * w_b / tp
         self._expert_bytes = m.expert_params * w_b / tp  # one expert, one layer
         inter_eff = m.intermediate_size if m.moe is None else m.moe.top_k * m.moe.expert_intermediate_size
-        # Activations read and written per token per layer (norm in/out, qkv, attention out,
-        # MLP in/out): ~6 hidden + 3 intermediate elements. An approximation, small vs weights.
-        self._act_bytes_per_token = m.n_layers * (6 * m.hidden_size + 3 * inter_eff) * a_b / tp
+        # Elementwise bytes per token: two norms (read + write the hidden state) and two
+        # residual adds (two reads, one write) on every device; rope over the q and k heads
+        # and the gated activation (read gate and up, write one) sharded over the group.
+        h = m.hidden_size
+        replicated = m.n_layers * (2 * 2 * h + 2 * 3 * h)
+        sharded = m.n_layers * (2 * 2 * (m.n_heads + m.n_kv_heads) * m.head_dim
+                                + 3 * inter_eff) / tp
+        self._ew_bytes_per_token = (replicated + sharded) * a_b
         # Attention.
         self._attn_flops_per_qc = 4.0 * m.n_heads * m.head_dim * m.n_layers / tp
         self._kv_bytes_per_ctx = self.kv_bytes_per_token / tp
         # Roofline denominators.
         self._lin_rate = self.linear_peak * eff_c
-        self._attn_rate = self.attn_peak * eff_c
+        self._attn_rate = self.attn_peak * eff_ap
         self._bw = hardware.hbm_bw * eff_m
+        self._ew_bw = hardware.hbm_bw * eff_ew
+        self._attn_bw = hardware.hbm_bw * eff_ad
         self._dequant = precision.weights.dequant_overhead if precision.weights.weight_only else 0.0
         # Tensor parallel: two all-reduces per layer of T x hidden activations (ring).
         if tp > 1:
             ring = 2.0 * (tp - 1) / tp
-            self._comm_per_token = 2 * m.n_layers * ring * m.hidden_size * a_b / hardware.link_bw
-            self._comm_fixed = 2 * m.n_layers * hardware.link_latency_s
+            link = hardware.link_bw * cal.allreduce_bw_eff
+            lat = (cal.allreduce_latency_s if cal.allreduce_latency_s is not None
+                   else hardware.link_latency_s)
+            self._comm_per_token = 2 * m.n_layers * ring * h * a_b / link
+            self._comm_fixed = 2 * m.n_layers * lat
         else:
             self._comm_per_token = 0.0
             self._comm_fixed = 0.0
-        self._overhead = calibration.fixed_overhead_s + calibration.per_layer_overhead_s * m.n_layers
+        per_pass = cal.fixed_overhead_s
+        if role == "drafter" and cal.draft_pass_overhead_s is not None:
+            per_pass = cal.draft_pass_overhead_s
+        self._overhead = per_pass + cal.per_layer_overhead_s * m.n_layers
 
     # ------------------------------------------------------------------ memory
     @property
@@ -134,36 +168,57 @@ class ForwardCostModel:
         return total if total.ndim else float(total)
 
     def _parts(self, t, qc, ctx, lg):
+        """Seconds per group: (linear compute, linear memory, attention compute, attention
+        memory, elementwise)."""
         flops_lin = self._lin_flops_per_token * t + self._head_flops_per_logit * lg
         wbytes = self._dense_weight_bytes
         if self.model.moe is not None:
             wbytes = wbytes + self.model.n_moe_layers * self._expert_bytes * self.experts_touched(t)
-        bytes_lin = wbytes + self._act_bytes_per_token * t
+        c_lin = flops_lin / self._lin_rate
+        if self._t_half > 0:  # small matmuls: efficiency T / (T + T_half) of the maximum
+            c_lin = c_lin * (1.0 + self._t_half / np.maximum(t, 1.0))
         flops_attn = self._attn_flops_per_qc * np.asarray(qc, dtype=np.float64)
         bytes_attn = self._kv_bytes_per_ctx * (np.asarray(ctx, dtype=np.float64) + t)
-        return (flops_lin / self._lin_rate, bytes_lin / self._bw,
-                flops_attn / self._attn_rate, bytes_attn / self._bw)
+        return (c_lin, wbytes / self._bw, flops_attn / self._attn_rate,
+                bytes_attn / self._attn_bw, self._ew_bytes_per_token * t / self._ew_bw)
 
     def _evaluate(self, tokens, qc, ctx, logits):
-        """The roofline, written once: (seconds, compute s, memory s, comm s, FLOPs, bytes).
+        """The cost model, written once: (seconds, compute s, memory s, comm s, FLOPs, bytes).
 
         Per op group max(compute, memory) (linear layers pay dequantisation on the compute
-        side), plus tensor-parallel communication and the fixed overheads; a pass with no
-        tokens is not launched and costs nothing.
+        side), elementwise ops at their bandwidth, tensor-parallel all-reduce and the fixed
+        costs; a pass with no tokens is not launched and costs nothing.
         """
         t = np.asarray(tokens, dtype=np.float64)
         lg = t if logits is None else np.asarray(logits, dtype=np.float64)
-        c_lin, m_lin, c_att, m_att = self._parts(t, qc, ctx, lg)
+        c_lin, m_lin, c_att, m_att, ew = self._parts(t, qc, ctx, lg)
         c_lin_q = c_lin * (1.0 + self._dequant)
         comm = self._comm_per_token * t + self._comm_fixed
-        total = np.maximum(c_lin_q, m_lin) + np.maximum(c_att, m_att) + comm + self._overhead
-        flops = c_lin * self._lin_rate + c_att * self._attn_rate
-        nbytes = (m_lin + m_att) * self._bw
-        parts = [total, c_lin_q + c_att, m_lin + m_att, comm, flops, nbytes]
+        total = np.maximum(c_lin_q, m_lin) + np.maximum(c_att, m_att) + ew + comm + self._overhead
+        flops = (self._lin_flops_per_token * t + self._head_flops_per_logit * lg
+                 + c_att * self._attn_rate)
+        nbytes = m_lin * self._bw + m_att * self._attn_bw + ew * self._ew_bw
+        parts = [total, c_lin_q + c_att, m_lin + m_att + ew, comm, flops, nbytes]
         live = t > 0
         if not live.all():  # a pass with no tokens is not launched
             parts = [np.where(live, x, 0.0) for x in parts]
         return tuple(parts)
+
+    def iteration_overhead(self, seqs, prefills):
+        """The engine's CPU work for iterations with ``seqs`` sequences of which ``prefills``
+        carry a prompt chunk (scheduler, input preparation, sampling, output handling)."""
+        c = self.cal
+        seqs = np.asarray(seqs, dtype=np.float64)
+        cost = c.engine_fixed_s + c.engine_per_seq_s * seqs + c.engine_per_prefill_s * prefills
+        return np.where(seqs > 0, cost, 0.0)
+
+    def speculation_overhead(self, drafted):
+        """Speculation's own per-step work for steps that draft ``drafted`` tokens in all:
+        proposer launch and rejection sampling once, bookkeeping per drafted token."""
+        c = self.cal
+        drafted = np.asarray(drafted, dtype=np.float64)
+        return np.where(drafted > 0, c.spec_step_overhead_s + c.spec_token_overhead_s * drafted,
+                        0.0)
 
     def time_and_work(self, tokens, qc, ctx, logits=None):
         """Seconds, FLOPs and bytes of passes (arrays of aggregates, one pass each)."""
@@ -190,6 +245,5 @@ class ForwardCostModel:
     def ridge_tokens(self) -> float:
         """Batch tokens where linear layers turn compute-bound (dense weights, short context)."""
         per_tok_c = self._lin_flops_per_token / self._lin_rate
-        per_tok_m = self._act_bytes_per_token / self._bw
-        return (self._dense_weight_bytes / self._bw) / max(per_tok_c - per_tok_m, 1e-30)
+        return max(self._dense_weight_bytes / self._bw / per_tok_c - self._t_half, 0.0)
 

@@ -195,9 +195,9 @@ def diagnose_attention(result: FitResult, cases: Sequence[Case]) -> dict[str, An
     def pred(z: np.ndarray) -> np.ndarray:
         ec, em, ea, o, f = z
         out = np.empty(measured.size)
-        for idx, n_layers, (cl, ml, ca, ma) in parts:
+        for idx, n_layers, (cl, ml, ca, ma, ew) in parts:
             out[idx] = (np.maximum(cl / ec, ml / em) + np.maximum(ca / ea, ma / (em * ea))
-                        + (o * n_layers + f) * 1e-3)
+                        + ew / em + (o * n_layers + f) * 1e-3)
         return out
 
     x = result.values

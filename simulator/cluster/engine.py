@@ -20,7 +20,9 @@ import simpy
 from specsim import limits
 from specsim.cost_models.calibration import (
     UNCALIBRATED,
+    UNCALIBRATED_REF,
     Calibration,
+    default_profile,
     load_profile,
     uncalibrated_default,
 )
@@ -128,8 +130,17 @@ class Deployment:
         self.hbm_bw = self.hw.hbm_bw
 
     def _calibration(self, ref: str | None, base_dir: Path) -> Calibration:
-        if ref is None:
+        """The scenario's profile; by default the bundled one fitted to this hardware, and the
+        uncalibrated default (labelled in every output) where none is."""
+        if ref == UNCALIBRATED_REF:
             return uncalibrated_default(self.hw.name)
+        if ref is None:
+            cal = default_profile(self.hw.name)
+            if cal is None:
+                self.notes.append(f"no calibration profile is fitted to {self.hw.name}: its "
+                                  "times rest on the uncalibrated default (assumed values)")
+                return uncalibrated_default(self.hw.name)
+            return cal
         cal = load_profile(ref, base_dir, "calibration")
         if cal.hardware and cal.hardware != self.hw.name:
             self.notes.append(f"calibration {cal.name} was fitted on {cal.hardware}, applied here "
@@ -395,10 +406,8 @@ class Simulation:
             "simulated_time_s": now,
             "wall_time_s": wall_s,
             "calibration": cal.name if cal.calibrated else UNCALIBRATED,
-            "calibration_values": {"eta_compute": cal.eta_compute, "eta_memory": cal.eta_memory,
-                                   "per_layer_overhead_s": cal.per_layer_overhead_s,
-                                   "fixed_overhead_s": cal.fixed_overhead_s,
-                                   "source": cal.source},
+            "calibration_values": {**cal.values(), "source": cal.source},
+            "hardware_calibrated": bool(cal.calibrated and cal.hardware == self.hw.name),
             "notes": list(self.notes),
         }
 

@@ -10,20 +10,30 @@ import numpy as np
 
 
 class Executor:
-    """Prices iterations: seconds, the draft/verify split, FLOPs and bytes per step."""
+    """Prices iterations: seconds, the draft/verify split, FLOPs and bytes per step.
+
+    One iteration = the drafter's passes (serial with the target's pass unless the engine
+    overlaps them) + the target's verify pass + speculation's own per-step work (proposal,
+    rejection sampling, per-token bookkeeping) + the engine's CPU work for the batch.
+    """
 
     def __init__(self, target, drafter, overlap_draft: bool) -> None:
         self.target, self.drafter, self.overlap = target, drafter, overlap_draft
 
     def price(self, k: np.ndarray, ctx: np.ndarray, tokens: np.ndarray, qc: np.ndarray,
               csum: np.ndarray, logits: np.ndarray, pf_tokens: np.ndarray,
-              pf_qc: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Per step: (seconds, draft s, verify s, FLOPs, bytes) of a (steps x rows) plan."""
+              pf_qc: np.ndarray, seqs: np.ndarray, chunks: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Per step: (seconds, draft s, verify s, FLOPs, bytes) of a (steps x rows) plan.
+
+        ``seqs`` and ``chunks`` count each step's rows with work and its prompt chunks.
+        """
         vt, vf, vb = self.target.time_and_work(tokens, qc, csum, logits)
         if self.drafter.prefills:
             dtt, dtf, dtb = self.drafter.cost_steps(k, ctx, pf_tokens, pf_qc)
         else:
             z = np.zeros_like(pf_tokens)
             dtt, dtf, dtb = self.drafter.cost_steps(k, ctx, z, z)
+        dtt = dtt + self.target.speculation_overhead(k.sum(axis=1))
         dt = np.maximum(dtt, vt) if self.overlap else dtt + vt
+        dt = dt + self.target.iteration_overhead(seqs, chunks)
         return dt, dtt, vt, vf + dtf, vb + dtb

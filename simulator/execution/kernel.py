@@ -169,8 +169,12 @@ class Kernel:
             pf_tokens[0] = float(qf[0, pre0].sum())
             pf_qc[0] = float(area[0, pre0].sum())
             logits[0] = tokens[0] - pf_tokens[0] + float((done0 & pre0).sum())
+        seqs = (q > 0).sum(axis=1)
+        chunks = np.zeros(S)
+        if has_pre:
+            chunks[0] = float((pre0 & (q[0] > 0)).sum())
         dt, draft, verify, flops, nbytes = self.executor.price(k, ctx, tokens, qc, csum, logits,
-                                                               pf_tokens, pf_qc)
+                                                               pf_tokens, pf_qc, seqs, chunks)
         end = now + np.cumsum(dt)
         start = end - dt
         m = int(np.argmin(ok)) if not ok.all() else S

@@ -335,7 +335,8 @@ class Scenario(Section):
                                                    "(validated by traces)")
     slo: _section(Slo)
     cost: _section(Cost)
-    calibration: OptStr = Field(None, description="bundled profile name or a YAML path")
+    calibration: OptStr = Field(None, description="bundled profile name, a YAML path, or "
+                                "'uncalibrated' (default: the profile fitted to the hardware)")
     simulation: _section(Simulation)
 
     def dump(self) -> dict[str, Any]:

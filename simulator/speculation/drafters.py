@@ -218,7 +218,8 @@ def _model_drafter(ctx: DraftContext, drafter_model, parallel: bool):
         return FixedTimeDrafter(method, dc["seconds_per_token"]), None
     dq = get_precision(spec["drafter_quantization"].model_dump(),
                        "speculation.drafter_quantization")
-    cm = ForwardCostModel(drafter_model, ctx.hardware, ctx.tp, dq, ctx.calibration)
+    cm = ForwardCostModel(drafter_model, ctx.hardware, ctx.tp, dq, ctx.calibration,
+                          role="drafter")
     cls = ParallelDrafter if parallel else SequentialDrafter
     return cls(method, cm), DrafterModel(drafter_model, dq, cm)
 
