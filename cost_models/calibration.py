@@ -38,8 +38,9 @@ EXTRA_PARAMS: dict[str, float | None] = {
     "engine_per_seq_s": 0.0,  # ... per sequence in the batch (sampling, bookkeeping)
     "engine_per_prefill_s": 0.0,  # ... per prompt chunk in the batch
     "draft_pass_overhead_s": None,  # fixed cost of one drafter pass (None: fixed_overhead_s)
-    "spec_step_overhead_s": 0.0,  # per speculative step: proposer launch, rejection sampling
-    "spec_token_overhead_s": 0.0,  # per drafted token: bookkeeping, KV slot handling
+    "spec_step_overhead_s": 0.0,  # per step with a drafter configured: proposer launch,
+    "spec_seq_overhead_s": 0.0,  # ... per decoding sequence: rejection sampling, bookkeeping
+    "spec_token_overhead_s": 0.0,  # ... per drafted token: draft-token bookkeeping, KV slots
 }
 
 
@@ -68,6 +69,7 @@ class Calibration:
     engine_per_prefill_s: float = 0.0
     draft_pass_overhead_s: float | None = None
     spec_step_overhead_s: float = 0.0
+    spec_seq_overhead_s: float = 0.0
     spec_token_overhead_s: float = 0.0
 
     def values(self) -> dict[str, float | None]:

@@ -212,13 +212,16 @@ class ForwardCostModel:
         cost = c.engine_fixed_s + c.engine_per_seq_s * seqs + c.engine_per_prefill_s * prefills
         return np.where(seqs > 0, cost, 0.0)
 
-    def speculation_overhead(self, drafted):
-        """Speculation's own per-step work for steps that draft ``drafted`` tokens in all:
-        proposer launch and rejection sampling once, bookkeeping per drafted token."""
+    def speculation_overhead(self, rows, drafted):
+        """Speculation's own work for steps with ``rows`` decoding sequences that draft
+        ``drafted`` tokens in all: proposer launch and rejection sampling once per step,
+        bookkeeping per sequence (paid even when a policy drafts nothing, as measured) and
+        per drafted token. Only charged where a drafter is configured."""
         c = self.cal
-        drafted = np.asarray(drafted, dtype=np.float64)
-        return np.where(drafted > 0, c.spec_step_overhead_s + c.spec_token_overhead_s * drafted,
-                        0.0)
+        rows = np.asarray(rows, dtype=np.float64)
+        cost = (c.spec_step_overhead_s + c.spec_seq_overhead_s * rows
+                + c.spec_token_overhead_s * np.asarray(drafted, dtype=np.float64))
+        return np.where(rows > 0, cost, 0.0)
 
     def time_and_work(self, tokens, qc, ctx, logits=None):
         """Seconds, FLOPs and bytes of passes (arrays of aggregates, one pass each)."""

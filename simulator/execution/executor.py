@@ -19,6 +19,7 @@ class Executor:
 
     def __init__(self, target, drafter, overlap_draft: bool) -> None:
         self.target, self.drafter, self.overlap = target, drafter, overlap_draft
+        self.speculating = drafter.name != "none"
 
     def price(self, k: np.ndarray, ctx: np.ndarray, tokens: np.ndarray, qc: np.ndarray,
               csum: np.ndarray, logits: np.ndarray, pf_tokens: np.ndarray,
@@ -33,7 +34,8 @@ class Executor:
         else:
             z = np.zeros_like(pf_tokens)
             dtt, dtf, dtb = self.drafter.cost_steps(k, ctx, z, z)
-        dtt = dtt + self.target.speculation_overhead(k.sum(axis=1))
+        if self.speculating:
+            dtt = dtt + self.target.speculation_overhead(seqs - chunks, k.sum(axis=1))
         dt = np.maximum(dtt, vt) if self.overlap else dtt + vt
         dt = dt + self.target.iteration_overhead(seqs, chunks)
         return dt, dtt, vt, vf + dtf, vb + dtb

@@ -1,0 +1,99 @@
+"""Fit the engine's CPU work per iteration to measured serving runs (stage averages).
+
+The operator tables price a pass's GPU kernels; what a serving engine adds per iteration
+(scheduler, input preparation, sampling, output streaming) is only visible in real runs.
+Each load stage of a measured run gives one equation: its measured time per output token
+(E2E minus TTFT over the tokens after the first, averaged over requests) against the price
+of its average iteration: ``decode_rows`` sequences decoding at their mean context, plus
+the prompts that arrive during the step (``rate`` x step prompts of ``prompt_tokens``)
+prefilled alongside, plus ``iteration_overhead``. Little's law gives ``decode_rows`` from
+the measured rate and decode time, so nothing here is simulated; the full replay
+(``specsim replay``) then checks the fit end to end.
+
+The parameters are physical (seconds of CPU work per iteration and per sequence), shared by
+every run of one engine on one hardware kind; they are never fitted per run, and the
+leave-one-model-out error says how well they transfer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from ..calibration import Calibration
+from ..catalog import get_hardware, get_model, get_precision
+from ..roofline import ForwardCostModel, attention_area
+
+ENGINE_PARAMS = ("engine_fixed_s", "engine_per_seq_s")
+
+
+@dataclass(frozen=True)
+class StageSample:
+    """One load stage of a measured run, reduced to what an average iteration needs."""
+
+    label: str
+    model: str  # catalog name
+    hardware: str  # catalog name
+    tp: int
+    rate: float  # arrivals per second
+    prompt_tokens: float  # mean prompt length
+    decode_rows: float  # mean sequences in their decode phase (Little's law)
+    context: float  # mean context of a decoding sequence
+    step_s: float  # measured mean time per output token after the first
+    precision: str = "bf16"
+
+
+def stage_step_s(sample: StageSample, cal: Calibration) -> float:
+    """The modelled mean time of one iteration at this stage's load."""
+    cm = ForwardCostModel(get_model(sample.model), get_hardware(sample.hardware), sample.tp,
+                          get_precision({"weights": sample.precision,
+                                         "activations": sample.precision,
+                                         "kv_cache": sample.precision}, "precision"), cal)
+    b, c, p = sample.decode_rows, sample.context, sample.prompt_tokens
+    decode = float(cm.time(b, b * (c + 1.0), b * c, b))
+    mixed = float(cm.time(b + p, b * (c + 1.0) + attention_area(p, 0.0), b * c, b + 1.0))
+    # prompts prefilled per iteration at this rate (one chunk each: they fit the budget)
+    per_step = min(sample.rate * sample.step_s, 1.0)
+    gpu = decode + per_step * (mixed - decode)
+    cpu = float(cm.iteration_overhead(b + per_step, per_step))
+    return gpu + cpu
+
+
+def _with(cal: Calibration, x: Sequence[float]) -> Calibration:
+    return replace(cal, **dict(zip(ENGINE_PARAMS, (float(v) for v in x), strict=True)))
+
+
+def fit_engine(samples: Sequence[StageSample], cal: Calibration,
+               holdout: Sequence[bool] | None = None) -> tuple[Calibration, np.ndarray]:
+    """Least squares of the relative step-time error over the samples not held out.
+
+    Returns the calibration with the engine parameters set, and every sample's predicted
+    step time (seconds).
+    """
+    measured = np.array([s.step_s for s in samples])
+    train = ~np.asarray(holdout if holdout is not None else [False] * len(samples), bool)
+
+    def resid(z: np.ndarray) -> np.ndarray:
+        c = _with(cal, z * 1e-3)
+        pred = np.array([stage_step_s(s, c) for s, t in zip(samples, train, strict=True) if t])
+        return pred / measured[train] - 1.0
+
+    sol = least_squares(resid, np.array([1.0, 0.01]), bounds=([0.0, 0.0], [50.0, 1.0]),
+                        x_scale="jac")
+    fitted = _with(cal, sol.x * 1e-3)
+    return fitted, np.array([stage_step_s(s, fitted) for s in samples])
+
+
+def leave_one_group_out(samples: Sequence[StageSample], cal: Calibration,
+                        groups: Sequence[str]) -> np.ndarray:
+    """Each sample's predicted step time from a fit that never saw its group (its model)."""
+    groups = np.asarray(groups)
+    pred = np.empty(len(samples))
+    for g in np.unique(groups):
+        out = groups == g
+        _, p = fit_engine(samples, cal, holdout=out)
+        pred[out] = p[out]
+    return pred
