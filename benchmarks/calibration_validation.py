@@ -24,11 +24,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specsim.cost_models.calibrate.fit import (  # noqa: E402
-    calibration_of,
     hardware_from_profile,
     model_spec_from_shape,
     precision_for,
 )
+from specsim.cost_models.calibration import profile_from_dict  # noqa: E402
 from specsim.cost_models.roofline import ForwardCostModel, attention_area  # noqa: E402
 from specsim.simulator.calibration_replay import simulate_runs  # noqa: E402
 
@@ -46,9 +46,7 @@ def cost_model(prof: dict, n_layers: int | None = None) -> ForwardCostModel:
     spec = model_spec_from_shape(prof["model_shape"], "SmolLM2-135M")
     if n_layers is not None:
         spec = replace(spec, n_layers=int(n_layers))
-    f = prof["fitted"]
-    cal = calibration_of([f["eta_compute"], f["eta_memory"], f["per_layer_overhead_s"],
-                          f["fixed_overhead_s"]])
+    cal = profile_from_dict(prof, "profile")  # every fitted parameter (attention's too)
     return ForwardCostModel(spec, hardware_from_profile(prof), 1, precision_for(prof["dtype"]),
                             cal)
 
@@ -59,13 +57,25 @@ def print_tables(prof: dict, grid: pd.DataFrame) -> None:
           f"{prof['torch_version']}, {prof['date']}")
     ms = prof["measured_ceilings"]
     print(f"measured ceilings: {ms['peak_tflops']} TFLOP/s matmul, {ms['bandwidth_gb_s']} GB/s copy")
+    attn = (f", attention {f['eta_attn_prefill']:.3f} "
+            f"({f['eta_attn_prefill'] / f['eta_compute']:.2f} x eta_compute)"
+            if "eta_attn_prefill" in f else "")
     print(f"fitted: eta_compute {f['eta_compute']:.3f}, eta_memory {f['eta_memory']:.3f}, "
           f"{f['per_layer_overhead_s'] * 1e6:.0f} us/layer, {f['fixed_overhead_s'] * 1e6:.0f} "
-          "us/pass\n")
+          f"us/pass{attn}\n")
     print("grid fit error (|predicted / measured - 1|, %)")
     tab = pd.DataFrame([{"split": s, **q[s]} for s in ("train", "holdout")])
     print(tab.to_string(index=False))
-    d = q.get("diagnostic", {})
+    a = q.get("attention", {})
+    other = a.get("four_parameter_fit") or a.get("five_parameter_fit")
+    if other:
+        label = ("without attention's own efficiency (4 parameters)" if a.get("fitted")
+                 else "with attention's own efficiency (5 parameters, not kept)")
+        print(f"(fit {label}: held-out median {other['holdout']['median_ape_pct']}%, worst "
+              f"{other['holdout']['max_ape_pct']}%)")
+    elif "reason" in a:
+        print(f"(attention: {a['reason']})")
+    d = q.get("diagnostic", {})  # profiles written before attention was a fitted parameter
     if "holdout" in d:
         print(f"(diagnostic, not in the profile: a separate attention efficiency "
               f"({d['attention_efficiency_vs_eta_compute']:.2f} x eta_compute) would give "

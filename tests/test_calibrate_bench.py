@@ -57,6 +57,45 @@ def test_contention_meter_reads_zero_or_more():
     a = c.snapshot()
     sum(range(100000))
     assert c.other_share(a, c.snapshot(), 0.01) >= 0.0
+    assert 0.0 <= c.others_cores(0.05) <= c.ncpu + 0.5
+
+
+def test_thread_choice_leaves_busy_cores_alone(monkeypatch):
+    assert bench.choose_threads(3) == (3, {"threads": 3, "cores": bench.os.cpu_count() or 1,
+                                           "why": "--threads"})
+    n, why = bench.choose_threads(None, sample_s=0.05)
+    assert 1 <= n <= min(2, bench.os.cpu_count() or 1) and why["threads"] == n
+    monkeypatch.setattr(bench.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(bench.Contention, "others_cores", lambda self, s=1.0: 1.0)
+    n, why = bench.choose_threads(None)
+    assert n == 1 and "using 1.0 of 2 cores" in why["why"] and "--threads 2" in why["why"]
+    monkeypatch.setattr(bench.Contention, "others_cores", lambda self, s=1.0: 0.2)
+    assert bench.choose_threads(None)[0] == 2
+    monkeypatch.setattr(bench.Contention, "others_cores", lambda self, s=1.0: 5.0)
+    assert bench.choose_threads(None)[0] == 1  # never fewer than one
+
+
+def test_settle_stops_points_early_and_the_budget_stops_rounds():
+    torch.set_num_threads(1)
+    settled = bench.run_grid(SMALL, bench.Grid(batch=(1,), q=(1, 5), ctx=(16,), layers=(2,),
+                                               warmup=1, repeats=5, settle=10.0), "float32")
+    assert (settled["samples"] - settled["contended_samples"] <= 2).all()
+    t = settled.attrs["timing"]
+    assert t["rounds"] <= 15 and t["budget_s"] is None
+    cut = bench.run_grid(SMALL, bench.Grid(batch=(1,), q=(1, 5), ctx=(16,), layers=(2,),
+                                           warmup=0, repeats=5), "float32", budget_s=0.0)
+    t = cut.attrs["timing"]
+    assert t["rounds"] == 2 and t["stopped"] == "time budget (0 s) spent"
+    assert t["points_short_of_clean_samples"] == 2 and (cut["samples"] == 2).all()
+
+
+def test_quick_grid_spans_the_regimes():
+    g = bench.QUICK_GRID
+    pts = g.points()
+    assert len(pts) == 24 and set(g.layers) == {30, 12}  # the full grid's depths
+    assert {(n, b, q, c) for n, b, q, c in pts} <= set(bench.FULL_GRID.points())
+    tokens = {b * q for _, b, q, _ in pts}
+    assert min(tokens) == 1 and max(tokens) >= 64 and max(g.ctx) == 1024 and min(g.ctx) <= 32
 
 
 def test_calibrate_pipeline_writes_a_loadable_profile(tmp_path, monkeypatch):
@@ -72,6 +111,11 @@ def test_calibrate_pipeline_writes_a_loadable_profile(tmp_path, monkeypatch):
     assert fit.train["points"] + fit.holdout["points"] == 24
     assert profile["hardware_spec"]["kind"] == "cpu"
     assert profile["torch_version"] == str(torch.__version__)
+    assert set(profile["phases_s"]) == {"ceilings", "grid", "ceilings_after_grid", "fit"}
+    assert profile["time_budget_s"] == {"grid": 20.0, "end_to_end": 20.0}  # --quick's
+    assert isinstance(profile["skipped"], list) and profile["grid"]["timing"]["rounds"] >= 2
+    assert profile["thread_choice"]["threads"] == profile["threads"]
+    assert "attention" in profile["fit_quality"]
 
 
 def test_bad_device_is_a_catalog_error():

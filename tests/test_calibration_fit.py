@@ -15,6 +15,8 @@ import pytest
 import yaml
 
 from specsim.cost_models.calibrate.fit import (
+    ATTENTION,
+    PARAMS,
     calibration_of,
     fit_from_measurements,
     fit_grid,
@@ -67,6 +69,81 @@ def test_fit_recovers_known_parameters_from_noisy_roofline_timings():
     assert res.holdout["points"] > 0 and res.holdout["median_ape_pct"] < 3.0
     assert res.train["median_ape_pct"] < 3.0
     assert set(res.table["split"]) == {"train", "holdout"}
+    # Verification passes on a GPU read more KV than attention computes: its compute
+    # efficiency is not identified, so it is not fitted (and the profile has four numbers).
+    attn = res.optimizer["attention"]
+    assert not attn["fitted"] and attn["attention_heavy_points"] == 0
+    assert set(res.values) == set(PARAMS)
+
+
+CPU_TRUE = (0.55, 1.2, 1.2e-3, 5e-3)  # an overhead-bound CPU, like the committed profile
+
+
+def _cpu_grid(truth, layers=(30, 12), ctx=(32, 256, 1024), noise=0.02, seed=0):
+    """The full CPU grid's shapes (SmolLM2-135M on the committed profile's measured CPU),
+    timed by the roofline at ``truth`` with lognormal noise."""
+    from specsim.cost_models.calibrate.config import SMOLLM2_135M
+    from specsim.cost_models.calibrate.fit import hardware_from_profile
+    from tests.conftest import REPO
+
+    prof = yaml.safe_load((REPO / "cost_models" / "calibrations" / "cpu-example.yaml").read_text())
+    hw, model, prec = hardware_from_profile(prof), SMOLLM2_135M.to_model_spec(), precision_for("bf16")
+    rows = [{"n_layers": n, "batch": b, "q": q, "ctx": c, "tokens": b * q,
+             "qc": b * attention_area(q, c), "ctx_sum": b * c, "logits": b * q}
+            for n in layers for b in (1, 2, 4, 8) for q in (1, 2, 3, 5, 9, 17) for c in ctx]
+    df = pd.DataFrame(rows)
+    t = np.empty(len(df))
+    for n, r in df.groupby("n_layers"):
+        cm = ForwardCostModel(replace(model, n_layers=int(n)), hw, 1, prec, truth)
+        t[r.index] = cm.time(r.tokens.to_numpy(float), r.qc.to_numpy(float),
+                             r.ctx_sum.to_numpy(float), r.logits.to_numpy(float))
+    df["median_s"] = t * np.random.default_rng(seed).lognormal(0.0, noise, len(df))
+    return df, model, hw, prec
+
+
+def test_fit_recovers_attention_efficiency_on_an_attention_heavy_cpu_grid(tmp_path):
+    truth = calibration_of(CPU_TRUE + (0.14,), params=PARAMS + (ATTENTION,))
+    df, model, hw, prec = _cpu_grid(truth)
+    res = fit_grid(df, model, hw, prec, holdout=0.25, seed=1)
+    got = res.values
+    assert res.params == PARAMS + (ATTENTION,)
+    assert got[ATTENTION] == pytest.approx(0.14, rel=0.05)
+    assert got["eta_compute"] == pytest.approx(CPU_TRUE[0], rel=0.05)
+    assert got["per_layer_overhead_s"] * 30 + got["fixed_overhead_s"] == pytest.approx(
+        CPU_TRUE[2] * 30 + CPU_TRUE[3], rel=0.05)
+    assert res.holdout["median_ape_pct"] < 3.0
+    attn = res.optimizer["attention"]
+    assert attn["fitted"] and attn["akaike_gain"] > 2
+    four = attn["four_parameter_fit"]  # what the 4-number roofline gets on the same data
+    assert four["holdout"]["max_ape_pct"] > res.holdout["max_ape_pct"]
+    # The profile carries it in fitted: and the simulator's loader reads it back.
+    from specsim.cost_models.calibrate.fit import profile_dict
+
+    path = write_profile(profile_dict("cpu", "cpu", res, "test"), tmp_path / "cpu.yaml")
+    assert set(yaml.safe_load(path.read_text())["fitted"]) == set(PARAMS) | {ATTENTION}
+    cal = load_profile(str(path))
+    assert cal.eta_attn_prefill == pytest.approx(got[ATTENTION], rel=1e-5)
+    assert cal.eta_attn_decode is None  # attention's KV reads keep eta_memory
+
+
+def test_attention_is_not_fitted_without_attention_heavy_points():
+    truth = calibration_of(CPU_TRUE + (0.14,), params=PARAMS + (ATTENTION,))
+    df, model, hw, prec = _cpu_grid(truth, ctx=(8,))  # no context: attention negligible
+    res = fit_grid(df, model, hw, prec, holdout=0.25, seed=1)
+    attn = res.optimizer["attention"]
+    assert not attn["fitted"] and "not identified" in attn["reason"]
+    assert res.params == PARAMS and res.calibration.eta_attn_prefill is None
+    assert res.values["eta_compute"] == pytest.approx(CPU_TRUE[0], rel=0.05)
+
+
+def test_no_separate_attention_in_the_data_keeps_it_near_eta_compute():
+    df, model, hw, prec = _cpu_grid(calibration_of(CPU_TRUE))
+    res = fit_grid(df, model, hw, prec, holdout=0.25, seed=1)
+    got = res.values
+    assert got["eta_compute"] == pytest.approx(CPU_TRUE[0], rel=0.05)
+    if res.optimizer["attention"]["fitted"]:  # Akaike admits noise about 1 time in 6
+        assert got[ATTENTION] == pytest.approx(got["eta_compute"], rel=0.15)
+    assert fit_grid(df, model, hw, prec, attention=False).params == PARAMS
 
 
 def _write_csv(path: Path, truth=TRUE, noise=0.01, seed=0) -> Path:

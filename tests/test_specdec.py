@@ -200,3 +200,31 @@ def test_smollm2_speculation_equals_greedy(smollm2):
     for drafter, k in ((SelfSpecDrafter(model, 24), 3), (PromptLookupDrafter(), 4)):
         res = generate(model, ids, 16, drafter, k=k)
         assert res.tokens == ref, drafter.name
+
+
+def test_quick_prompts_are_short_and_lookup_still_finds_the_code(smollm2):
+    """--quick's code prompt is a small edit: about half the full set's code prompt tokens,
+    and its answer repeats the prompt, so prompt lookup drafts on it."""
+    from specsim.cost_models.calibrate.model import chat_prompt
+    from specsim.cost_models.calibrate.prompts import CODE, QUICK
+
+    model, tk = smollm2
+    quick = [len(tk.encode(chat_prompt(t)).ids) for p in QUICK.values() for t in p.values()]
+    full = min(len(tk.encode(chat_prompt(t)).ids) for n, t in CODE.items() if "```" in t)
+    assert set(QUICK) == {"code", "chat"} and max(quick) < 0.75 * full
+    ids = tk.encode(chat_prompt(QUICK["code"]["rename-short"])).ids
+    res = generate(model, ids, 24, PromptLookupDrafter(), k=4,
+                   stop_ids=[tk.token_to_id("<|im_end|>")])
+    assert res.tau > 1.3
+
+
+def test_end_to_end_time_budget_skips_later_prompts_and_says_so(smollm2):
+    from specsim.cost_models.calibrate.run import measure_specdec
+
+    skipped: list[str] = []
+    notes: list[str] = []
+    runs = measure_specdec("float32", "cpu", quick=True, progress=notes.append, max_new=3,
+                           budget_s=0.0, skipped=skipped)
+    assert {r["kind"] for r in runs} == {"code"} and len(runs) == 3  # every drafter, 1 prompt
+    assert skipped == ["end to end: prompts chat/explain-rain (time budget 0 s spent)"]
+    assert any("skipping chat/explain-rain" in n for n in notes)

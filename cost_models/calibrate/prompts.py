@@ -74,3 +74,20 @@ CHAT: dict[str, str] = {
 }
 
 PROMPTS: dict[str, dict[str, str]] = {"code": CODE, "chat": CHAT}
+
+# ``specsim calibrate --quick``: one short prompt of each kind. The code prompt is a small
+# edit whose answer repeats the prompt (so prompt lookup still has something to copy) at
+# about half the tokens of the full set's code prompts: shorter prefills and contexts.
+QUICK: dict[str, dict[str, str]] = {
+    "code": {"rename-short": '''Rename the variable `n` to `count` in this function and return it:
+
+```python
+def count_even(xs):
+    n = 0
+    for x in xs:
+        if x % 2 == 0:
+            n += 1
+    return n
+```'''},
+    "chat": {"explain-rain": CHAT["explain-rain"]},
+}
