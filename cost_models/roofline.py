@@ -182,19 +182,36 @@ class ForwardCostModel:
         return (c_lin, wbytes / self._bw, flops_attn / self._attn_rate,
                 bytes_attn / self._attn_bw, self._ew_bytes_per_token * t / self._ew_bw)
 
+    def group_times(self, tokens, qc, ctx, logits=None) -> dict[str, np.ndarray]:
+        """Seconds of passes per op group, the terms ``time`` adds up (for fitting measured
+        per-operator tables, ``calibrate.profiles``): linear, attention, elementwise,
+        allreduce, overhead."""
+        t = np.asarray(tokens, dtype=np.float64)
+        lg = t if logits is None else np.asarray(logits, dtype=np.float64)
+        return self._groups(t, self._parts(t, qc, ctx, lg))
+
+    def _groups(self, t, parts) -> dict[str, np.ndarray]:
+        """Per op group max(compute, memory) (linear layers pay dequantisation on the compute
+        side), elementwise ops at their bandwidth, tensor-parallel all-reduce, fixed costs."""
+        c_lin, m_lin, c_att, m_att, ew = parts
+        return {"linear": np.maximum(c_lin * (1.0 + self._dequant), m_lin),
+                "attention": np.maximum(c_att, m_att), "elementwise": ew,
+                "allreduce": self._comm_per_token * t + self._comm_fixed,
+                "overhead": np.full_like(t, self._overhead)}
+
     def _evaluate(self, tokens, qc, ctx, logits):
         """The cost model, written once: (seconds, compute s, memory s, comm s, FLOPs, bytes).
 
-        Per op group max(compute, memory) (linear layers pay dequantisation on the compute
-        side), elementwise ops at their bandwidth, tensor-parallel all-reduce and the fixed
-        costs; a pass with no tokens is not launched and costs nothing.
+        The sum of ``_groups``; a pass with no tokens is not launched and costs nothing.
         """
         t = np.asarray(tokens, dtype=np.float64)
         lg = t if logits is None else np.asarray(logits, dtype=np.float64)
-        c_lin, m_lin, c_att, m_att, ew = self._parts(t, qc, ctx, lg)
+        parts = self._parts(t, qc, ctx, lg)
+        c_lin, m_lin, c_att, m_att, ew = parts
+        g = self._groups(t, parts)
+        total = g["linear"] + g["attention"] + g["elementwise"] + g["allreduce"] + g["overhead"]
         c_lin_q = c_lin * (1.0 + self._dequant)
-        comm = self._comm_per_token * t + self._comm_fixed
-        total = np.maximum(c_lin_q, m_lin) + np.maximum(c_att, m_att) + ew + comm + self._overhead
+        comm = g["allreduce"]
         flops = (self._lin_flops_per_token * t + self._head_flops_per_logit * lg
                  + c_att * self._attn_rate)
         nbytes = m_lin * self._bw + m_att * self._attn_bw + ew * self._ew_bw

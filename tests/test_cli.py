@@ -34,7 +34,7 @@ def test_run_writes_all_outputs(tmp_path):
         assert key in m, key
     for key in ("ttft_s", "tpot_s", "itl_s", "e2e_s"):
         assert set(m[key]) >= {"mean", "p50", "p90", "p99"}
-    assert m["calibration"] == "uncalibrated default"
+    assert m["calibration"] == "H100-SXM" and m["hardware_calibrated"]  # bundled profile
     assert m["requests_completed"] == 80
     import pandas as pd
     req = pd.read_csv(out / "requests.csv")

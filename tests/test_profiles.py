@@ -31,7 +31,7 @@ def _profile(tmp_path, eta_m, name="test-h100"):
 
 def test_profile_is_used_and_named(tmp_path):
     base = run_scenario(_sc(), trace=TRACE).metrics
-    assert base["calibration"] == "uncalibrated default"
+    assert base["calibration"] == "H100-SXM"  # the bundled profile for the hardware
     fast = run_scenario(_sc(_profile(tmp_path, 0.95)), trace=TRACE).metrics
     slow = run_scenario(_sc(_profile(tmp_path, 0.5, "slow")), trace=TRACE).metrics
     assert fast["calibration"] == "test-h100" and slow["calibration"] == "slow"

