@@ -127,6 +127,52 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from specsim.simulator.report.output import check_destination
+    from specsim.simulator.validation.replay import load_measured, replay, tables, write_replay
+
+    console = _err_console()
+    if args.out:  # a place we may not write is refused before any simulating
+        check_destination(Path(args.out), args.force)
+    if args.tp is not None and args.tp < 1:
+        from specsim.errors import ScenarioError
+
+        raise ScenarioError(f"--tp: expected an integer at least 1, got {args.tp}")
+    run = load_measured(args.measured)
+    n = min(len(run.requests), args.limit) if args.limit else len(run.requests)
+    kwargs = dict(model=args.model, hardware=args.hardware, tp=args.tp, limit=args.limit,
+                  record_iterations=bool(args.out) and not args.no_report)
+    if args.quiet:
+        rep = replay(run, args.scenario, **kwargs)
+    else:
+        prog, update = _progress_bar(n)
+        with prog:
+            rep = replay(run, args.scenario, progress=update, **kwargs)
+    out = Console()
+    m = rep.result.metrics
+    engine = rep.scenario.get("scheduler", {})
+    out.print(f"replay of {rep.run.name} ({rep.run.fmt}): {m['model']} on {m['fleet']['devices']}x "
+              f"{m['fleet']['accelerator']} (TP{m['fleet']['tensor_parallel']}), "
+              f"max_num_seqs {engine.get('max_batch')}, max_num_batched_tokens "
+              f"{engine.get('token_budget')}, chunked prefill "
+              f"{'on' if engine.get('chunked_prefill') else 'off'}, block {engine.get('block_size')}, "
+              f"{m['kv_blocks_per_worker']:,} KV blocks; speculation off; cost model: "
+              f"{m['calibration']}")
+    for tab in tables(rep):
+        out.print(tab)
+    for note in dict.fromkeys([*rep.notes, *rep.result.notes]):
+        console.print(f"note: {note}")
+    if args.out:
+        mode = write_replay(rep, Path(args.out), force=args.force, report=not args.no_report)
+        how = " (replaced the previous specsim output there)" if mode == "replace" else ""
+        console.print(f"wrote {args.out}/replay.csv, replay.json, replay.png, metrics.json, "
+                      "requests.csv, iterations.csv" + ("" if args.no_report else ", report.md")
+                      + how)
+    return 0
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
     from specsim import limits
     from specsim.simulator.cluster.engine import (
@@ -202,6 +248,37 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a scenario key (repeatable), validated like the file")
     v.set_defaults(func=cmd_validate)
+    rp = sub.add_parser(
+        "replay", help="replay a measured serving run and compare predicted with measured",
+        description="Replay a measured run's exact arrivals and token counts through the\n"
+                    "simulator with its engine settings (speculation off; the hardware's\n"
+                    "default calibration unless --scenario names one) and print predicted vs\n"
+                    "measured TTFT, TPOT, E2E and throughput per load stage and for the whole\n"
+                    "run. Measured TPOT is (e2e_s - ttft_s) / (output_tokens - 1) per request\n"
+                    "from the ground truth (inference-perf's own TPOT/ITL count two stream\n"
+                    "events per token and are about half of it).",
+        epilog="inputs: a vllm_runs <run>.json.gz (with <run>_ground_truth.json.gz and, for\n"
+               "the stages, measured.csv next to it), or a CSV with columns arrival_s,\n"
+               "input_tokens, output_tokens, ttft_s, e2e_s and optionally stage, request_id,\n"
+               "has_error (engine settings from --scenario or the flags)\n"
+               "example: specsim replay ../shared/data/vllm_runs/"
+               "20260217-155451-llama-2-7b-tp1-codegen.json.gz --out runs/replay-7b",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    rp.add_argument("measured", help="the measured run: <run>.json.gz (vllm_runs) or a .csv")
+    rp.add_argument("--out", help="folder for replay.csv, replay.json, replay.png and the run's "
+                    "metrics.json, requests.csv, iterations.csv, report.md: new or empty")
+    rp.add_argument("--force", action="store_true",
+                    help="replace a previous specsim output in --out (never other files)")
+    rp.add_argument("--scenario", metavar="BASE.yaml",
+                    help="scenario keys to replay with (engine:, scheduler:, calibration:, "
+                         "model:, hardware:, ...; its workload is ignored)")
+    rp.add_argument("--model", help="catalog model (default: the run's)")
+    rp.add_argument("--hardware", help="catalog accelerator (default: the run's GPU)")
+    rp.add_argument("--tp", type=int, help="tensor parallelism (default: the run's)")
+    rp.add_argument("--limit", type=int, metavar="N", help="replay only the first N requests")
+    rp.add_argument("--quiet", action="store_true", help="no progress bar")
+    rp.add_argument("--no-report", action="store_true", help="skip report.md and its plots")
+    rp.set_defaults(func=cmd_replay)
     sch = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
     sch.add_argument("--catalog", action="store_true", help="the catalog entries' schema instead")
     sch.set_defaults(func=cmd_schema)

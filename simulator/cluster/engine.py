@@ -110,7 +110,8 @@ class Deployment:
                            else build_acceptance({"alpha": 0.0}, self.seed))
         # --- memory: weights of target (+ drafter) and KV per token, per device
         self.block_size = int(sc["scheduler"]["block_size"])
-        self.kv_blocks = self._kv_blocks(hw_sec["memory_fraction"], drafter_model)
+        self.kv_blocks = self._kv_blocks(hw_sec["memory_fraction"], drafter_model,
+                                         sc["scheduler"]["kv_blocks"])
         # --- power and price
         cost = sc["cost"]
         self.price = cost["price_usd_per_hour"] if cost["price_usd_per_hour"] is not None \
@@ -151,7 +152,10 @@ class Deployment:
         return build_drafter(DraftContext(spec, self.model, self.target, self.hw, self.tp,
                                           self.calibration))
 
-    def _kv_blocks(self, fraction: float, drafter: Any) -> int:
+    def _kv_blocks(self, fraction: float, drafter: Any, explicit: int | None = None) -> int:
+        """KV blocks per worker: what ``fraction`` of memory holds after the weights, or the
+        scenario's explicit count (``scheduler.kv_blocks`` / vLLM's
+        ``num_gpu_blocks_override``), checked against the whole memory after the weights."""
         usable = self.hw.hbm_bytes * fraction
         weights = self.target.weight_bytes_per_device
         kv_per_token = self.target.kv_bytes_per_token / self.tp
@@ -160,6 +164,24 @@ class Deployment:
             weights += drafter.cost.weight_bytes_per_device
             kv_per_token += drafter.cost.kv_bytes_per_token / self.tp
             what += f" + drafter {drafter.model.name}"
+        self.kv_bytes_per_token_device = kv_per_token
+        self.weight_bytes_device = weights
+        if explicit is not None:
+            # like vLLM's override, the count replaces the memory_fraction sizing; it must still
+            # fit in the device's memory next to the weights
+            key = ("engine.num_gpu_blocks_override" if self.sc["engine"]["num_gpu_blocks_override"]
+                   is not None else "scheduler.kv_blocks")
+            kv = explicit * self.block_size * kv_per_token
+            if weights + kv > self.hw.hbm_bytes:
+                left = max(self.hw.hbm_bytes - weights, 0.0)
+                most = int(left // (kv_per_token * self.block_size))
+                raise ScenarioError(
+                    f"{key}: {explicit:,} blocks of {self.block_size} tokens need "
+                    f"{kv / 1e9:.1f} GB per device, but {self.hw.name} has "
+                    f"{self.hw.hbm_bytes / 1e9:.0f} GB and {what} takes {weights / 1e9:.1f} GB "
+                    f"of it at tensor_parallel={self.tp} ({left / 1e9:.1f} GB left: at most "
+                    f"{most:,} blocks)")
+            return int(explicit)
         if weights >= usable:
             raise CatalogError(
                 f"model: {what} needs {weights / 1e9:.1f} GB of weights per device at "
@@ -170,8 +192,6 @@ class Deployment:
         if blocks < 2:
             raise CatalogError(f"model: {what} leaves no room for the KV cache on {self.hw.name} "
                                f"(weights {weights / 1e9:.1f} GB of {usable / 1e9:.1f} GB usable)")
-        self.kv_bytes_per_token_device = kv_per_token
-        self.weight_bytes_device = weights
         return blocks
 
 

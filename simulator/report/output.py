@@ -29,7 +29,8 @@ from specsim.traces.files import pid_alive
 MARKER = ".specsim-output"
 _TEMP = re.compile(r"^\..*\.specsim-(?:tmp|old)-(\d+)-[0-9a-f]{8}$")
 # what specsim writes into an output folder; nothing else is ever replaced
-_OURS = re.compile(r"^(?:metrics\.json|requests\.csv|iterations\.csv|report\.md|[\w.-]+\.png)$")
+_OURS = re.compile(r"^(?:metrics\.json|requests\.csv|iterations\.csv|report\.md|replay\.(?:csv|json)"
+                   r"|[\w.-]+\.png)$")
 
 
 def metrics_json(result: Result, include_wall_time: bool = True) -> str:

@@ -132,6 +132,7 @@ def _typed(pytype: type, expected: str, nullable: bool = False):
 
 
 Bool = Annotated[bool, BeforeValidator(_typed(bool, "true or false"))]
+OptBool = Annotated[bool | None, BeforeValidator(_typed(bool, "true or false", nullable=True))]
 Str = Annotated[str, BeforeValidator(_typed(str, "a string"))]
 OptStr = Annotated[str | None, BeforeValidator(_typed(str, "a string", nullable=True))]
 Mapping = Annotated[dict[str, Any], BeforeValidator(_typed(dict, "a mapping"))]
@@ -152,6 +153,22 @@ def _registered(registry: Registry):
     check.kind = "choice"
     check.registry = registry
     return check
+
+
+def _one_of(choices: tuple[str, ...]):
+    def check(value: Any) -> Any:
+        if not isinstance(value, str) or value not in choices:
+            raise fail(f"expected one of {', '.join(choices)}, got {show(value)}")
+        return value
+
+    check.kind = "choice"
+    check.choices = choices
+    return check
+
+
+def Choice(*choices: str):  # noqa: N802
+    return Annotated[str, BeforeValidator(_one_of(choices)),
+                     Field(json_schema_extra={"enum": list(choices)})]
 
 
 def Policy(registry: Registry):  # noqa: N802
@@ -290,9 +307,40 @@ class Scheduler(Section):
     token_budget: Int(1) = Field(8192, description="tokens per iteration")
     chunked_prefill: Bool = True
     block_size: Int(1) = Field(16, description="KV block size in tokens")
+    kv_blocks: OptInt(2) = Field(
+        None, description="KV blocks per worker; default: what memory holds after the weights")
     max_queue: OptInt(0) = Field(None, description="per-worker queue limit")
     preemption: Policy(EVICTION) = Field(
         "newest", description="whose KV is freed first when blocks run out")
+
+
+class Engine(Section):
+    """The serving engine's own flag names (vLLM's), mapped onto the keys above: giving a
+    setting both ways with different values is an error (see ``ENGINE_KEYS``)."""
+
+    kind: Choice("vllm") = Field("vllm", description="whose flag names these are")
+    max_num_seqs: OptInt(1) = Field(None, description="vLLM --max-num-seqs = scheduler.max_batch")
+    max_num_batched_tokens: OptInt(1) = Field(
+        None, description="vLLM --max-num-batched-tokens = scheduler.token_budget")
+    enable_chunked_prefill: OptBool = Field(
+        None, description="vLLM --enable-chunked-prefill = scheduler.chunked_prefill")
+    gpu_memory_utilization: OptFloat(0.0, 1.0, exclusive_lo=True) = Field(
+        None, description="vLLM --gpu-memory-utilization = hardware.memory_fraction")
+    block_size: OptInt(1) = Field(None, description="vLLM --block-size = scheduler.block_size")
+    num_gpu_blocks_override: OptInt(2) = Field(
+        None, description="vLLM --num-gpu-blocks-override = scheduler.kv_blocks (KV blocks "
+                          "per worker)")
+
+
+#: engine key -> the scenario key it sets (section, key)
+ENGINE_KEYS: dict[str, tuple[str, str]] = {
+    "max_num_seqs": ("scheduler", "max_batch"),
+    "max_num_batched_tokens": ("scheduler", "token_budget"),
+    "enable_chunked_prefill": ("scheduler", "chunked_prefill"),
+    "gpu_memory_utilization": ("hardware", "memory_fraction"),
+    "block_size": ("scheduler", "block_size"),
+    "num_gpu_blocks_override": ("scheduler", "kv_blocks"),
+}
 
 
 class Router(Section):
@@ -330,6 +378,7 @@ class Scenario(Section):
     quantization: _section(Quantization)
     speculation: Speculation = Field(default_factory=NoSpeculation)
     scheduler: _section(Scheduler)
+    engine: _section(Engine)
     router: _section(Router)
     workload: OptMapping = Field(None, description="a trace file or a synthetic generator "
                                                    "(validated by traces)")
@@ -419,9 +468,33 @@ def validate(data: Any) -> Scenario:
         raise ScenarioError(f"{show(bad[0])}: unknown key (expected one of: "
                             f"{', '.join(Scenario.model_fields)})")
     try:
-        return Scenario.model_validate(data)
+        sc = Scenario.model_validate(data)
     except ValidationError as exc:
         raise scenario_error(exc) from None
+    return apply_engine(sc)
+
+
+def apply_engine(sc: Scenario) -> Scenario:
+    """The ``engine:`` flags written onto the keys they mean (``ENGINE_KEYS``).
+
+    A flag and its key given both with different values is a one-line error naming both;
+    equal values, or only one of them given, are fine."""
+    eng = sc.engine
+    updates: dict[str, dict[str, Any]] = {}
+    for flag, (section, key) in ENGINE_KEYS.items():
+        value = eng[flag]
+        if value is None:
+            continue
+        sec = sc[section]
+        if key in sec.model_fields_set and sec[key] is not None and sec[key] != value:
+            raise ScenarioError(
+                f"engine.{flag}: {show(value)} conflicts with {section}.{key}: "
+                f"{show(sec[key])} (the same setting given twice); give one of them")
+        updates.setdefault(section, {})[key] = value
+    if not updates:
+        return sc
+    return sc.model_copy(update={section: sc[section].model_copy(update=keys)
+                                 for section, keys in updates.items()})
 
 
 def _walk(cls: type[BaseModel], prefix: str):
@@ -479,9 +552,10 @@ def key_info(dotted: str) -> KeyInfo | None:
             if kind is None:
                 continue
             registry = getattr(check, "registry", None)
+            choices = (tuple(registry.names()) if registry is not None
+                       else tuple(getattr(check, "choices", ())))
             return KeyInfo(kind, field.get_default(call_default_factory=True),
-                           getattr(check, "lo", None), getattr(check, "hi", None),
-                           tuple(registry.names()) if registry is not None else ())
+                           getattr(check, "lo", None), getattr(check, "hi", None), choices)
     return None
 
 
