@@ -10,8 +10,11 @@ and stages next to the targets and the peers' published accuracy.
 
 Measured TPOT is the ground truth's (e2e_s - ttft_s) / (output_tokens - 1) per request
 (inference-perf's TPOT in measured.csv counts two stream events per token: about half).
-"all" rows use every request; "consistent" leaves out the requests whose recorded output
-count disagrees with their measured decode time (see ``specsim replay``'s notes).
+The per-stage table shows the "consistent" requests: it leaves out those whose recorded
+output count disagrees with their measured decode time (see ``specsim replay``'s notes;
+the replay decodes such a request for its recorded length, so its predicted E2E is short
+by construction); the summary gives both. Then the operator-table hold-outs (Vidur's
+kernel tables, refitted now with whole models, TP 8 and long contexts left out).
 
     python benchmarks/fidelity.py [--jobs N] [--limit N] [--runs SUBSTRING] [--scenario BASE.yaml]
 
@@ -31,6 +34,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "vllm_runs"
+OPS = REPO.parent / "shared" / "data" / "gpu_profiles" / "vidur"
+OP_TARGETS = (5.0, 20.0)  # operator-table hold-outs: median and worst APE (%)
 
 METRICS = (("E2E", "mean", "s", "E2E mean"), ("TPOT", "mean", "ms", "TPOT mean"),
            ("TTFT", "mean", "ms", "TTFT mean"), ("E2E", "p99", "s", "E2E p99"))
@@ -88,6 +93,34 @@ def _num(x: float, unit: str) -> str:
     return f"{x:,.3f}" if unit == "s" else f"{x:,.1f}"
 
 
+def operator_holdouts(console, folder: Path) -> None:
+    """The operator-table fit per chip, refitted now, with whole models, TP 8 and long
+    attention contexts held out in turn: median and worst error on the held-out rows."""
+    from rich.table import Table
+
+    from specsim.cost_models.calibrate.profiles import fit_profiles
+
+    if not folder.is_dir():
+        console.print(f"operator tables: {folder} is absent; hold-outs skipped")
+        return
+    tab = Table(title="operator tables (Vidur's measured kernels): held-out error per op group")
+    for col in ("hardware", "held out", "op group", "rows", "median APE", "p90 APE",
+                "worst APE", f"target <= {OP_TARGETS[0]:g}% / <= {OP_TARGETS[1]:g}%"):
+        tab.add_column(col, justify="left" if col in ("hardware", "held out", "op group")
+                       else "right")
+    for hw in ("H100-SXM", "A100-SXM-80GB"):
+        fit = fit_profiles(folder, hw)
+        for h in fit.quality["holdouts"]:
+            for group, q in h["test"].items():
+                if not q.get("rows"):
+                    continue
+                met = q["median_ape_pct"] <= OP_TARGETS[0] and q["max_ape_pct"] <= OP_TARGETS[1]
+                tab.add_row(hw, str(h["held_out"])[:60], group, f"{q['rows']:,}",
+                            f"{q['median_ape_pct']:.1f}%", f"{q['p90_ape_pct']:.1f}%",
+                            f"{q['max_ape_pct']:.1f}%", "yes" if met else "no")
+    console.print(tab)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DATA, help=f"vllm_runs folder (default {DATA})")
@@ -95,6 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, help="replay only each run's first N requests (quick)")
     ap.add_argument("--runs", help="only runs whose name contains this")
     ap.add_argument("--scenario", help="base scenario keys for every replay (e.g. calibration:)")
+    ap.add_argument("--ops", type=Path, default=OPS,
+                    help=f"operator tables folder for the hold-outs (default {OPS})")
+    ap.add_argument("--no-ops", action="store_true", help="skip the operator-table hold-outs")
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"fidelity: {args.data} is absent (a fresh clone has no ../shared/data); nothing "
@@ -128,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                                                    if args.limit else ""))
     console.print(f"calibration profile: {', '.join(cals)}"
                   + (f" ({'; '.join(sources)})" if sources else ""))
-    tab = Table(title="predicted / measured (APE) per run and load stage, all requests")
+    tab = Table(title="predicted / measured (APE) per run and load stage, consistent requests "
+                "(recorded output count agrees with the measured decode time)")
     tab.add_column("run", no_wrap=True)
     tab.add_column("stage", justify="right", no_wrap=True)
     for _metric, _stat, unit, label in METRICS:
@@ -143,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                 apes[row["subset"]].setdefault(label, []).append(ape)
                 vals.append(f"{_num(pred, unit)} / {_num(meas, unit)} ("
                             + (f"{ape:.1f}%" if math.isfinite(ape) else "-") + ")")
-            if row["subset"] == "all":
+            if row["subset"] == "consistent":
                 rate = f" ({row['rate']:g}/s)" if row["rate"] else ""
                 tab.add_row(_short(r["run"]), f"{row['stage']}{rate}", *vals)
     console.print(tab)
@@ -176,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                       if r["miscounted"]) + ")") + ".")
     console.print("peers: the best published simulator accuracy on similar real vLLM runs is "
                   "about 12% E2E and 23% TTFT mean error.")
+    if not args.no_ops:
+        operator_holdouts(console, args.ops)
     per = ", ".join(f"{_short(r['run'])} {r['wall_s']:.1f} s" for r in results)
     console.print(f"wall time {wall:.1f} s with --jobs {jobs} ({per})")
     return 0

@@ -40,7 +40,14 @@ def baseline_tpot() -> float:
 def test_batch1_speedup_matches_closed_form(baseline_tpot, alpha, k, c):
     r = run_scenario(_scenario("draft_model", k, alpha, c), trace=TRACE)
     simulated = baseline_tpot / r.metrics["tpot_s"]["mean"]
-    closed = (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * c + 1))
+    # a step = the target pass (GPU) + the engine's CPU work once + k draft passes of c x the
+    # target's GPU time + speculation's own work (one sequence, k drafted tokens)
+    cal = r.metrics["calibration_values"]
+    engine = cal["engine_fixed_s"] + cal["engine_per_seq_s"]
+    spec = (cal["spec_step_overhead_s"] + cal["spec_seq_overhead_s"]
+            + k * cal["spec_token_overhead_s"])
+    step = baseline_tpot + k * c * (baseline_tpot - engine) + spec
+    closed = (1 - alpha ** (k + 1)) / (1 - alpha) * baseline_tpot / step
     assert simulated == pytest.approx(closed, rel=0.02)
 
 

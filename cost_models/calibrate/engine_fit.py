@@ -62,38 +62,60 @@ def stage_step_s(sample: StageSample, cal: Calibration) -> float:
     return gpu + cpu
 
 
-def _with(cal: Calibration, x: Sequence[float]) -> Calibration:
-    return replace(cal, **dict(zip(ENGINE_PARAMS, (float(v) for v in x), strict=True)))
+def _scale(name: str) -> float:
+    """Optimiser units: seconds in milliseconds, efficiencies as they are."""
+    return 1e-3 if name.endswith("_s") else 1.0
+
+
+def _with(cal: Calibration, params: Sequence[str], z: Sequence[float]) -> Calibration:
+    return replace(cal, **{k: float(v) * _scale(k) for k, v in zip(params, z, strict=True)})
+
+
+def _start(cal: Calibration, name: str) -> float:
+    v = getattr(cal, name)
+    if v is None:  # an optional efficiency or latency: start from what the model uses now
+        v = {"eta_elementwise": cal.eta_memory, "allreduce_latency_s": 10e-6}.get(name, 0.5)
+    return float(v) / _scale(name)
 
 
 def fit_engine(samples: Sequence[StageSample], cal: Calibration,
-               holdout: Sequence[bool] | None = None) -> tuple[Calibration, np.ndarray]:
+               holdout: Sequence[bool] | None = None,
+               params: Sequence[str] = ENGINE_PARAMS,
+               loss: str = "linear") -> tuple[Calibration, np.ndarray]:
     """Least squares of the relative step-time error over the samples not held out.
 
-    Returns the calibration with the engine parameters set, and every sample's predicted
-    step time (seconds).
+    ``params`` are the calibration fields fitted (the engine's CPU work by default; an
+    engine whose kernels differ from the operator tables' also refits its per-layer floor,
+    elementwise efficiency and all-reduce latency here). Returns the calibration with them
+    set, and every sample's predicted step time (seconds).
     """
     measured = np.array([s.step_s for s in samples])
     train = ~np.asarray(holdout if holdout is not None else [False] * len(samples), bool)
+    lo = np.array([0.05 if not p.endswith("_s") else 0.0 for p in params])
+    hi = np.array([1.0 if p.startswith("eta") else 1e4 if p == "matmul_half_tokens" else 1.5
+                   if not p.endswith("_s") else 50.0 for p in params])
 
     def resid(z: np.ndarray) -> np.ndarray:
-        c = _with(cal, z * 1e-3)
+        c = _with(cal, params, z)
         pred = np.array([stage_step_s(s, c) for s, t in zip(samples, train, strict=True) if t])
         return pred / measured[train] - 1.0
 
-    sol = least_squares(resid, np.array([1.0, 0.01]), bounds=([0.0, 0.0], [50.0, 1.0]),
-                        x_scale="jac")
-    fitted = _with(cal, sol.x * 1e-3)
+    z0 = np.clip([_start(cal, p) for p in params], lo + 1e-6, hi - 1e-6)
+    if tuple(params) == ENGINE_PARAMS:
+        z0 = np.array([1.0, 0.01])
+    sol = least_squares(resid, z0, bounds=(lo, hi), x_scale="jac", loss=loss, f_scale=0.05)
+    fitted = _with(cal, params, sol.x)
     return fitted, np.array([stage_step_s(s, fitted) for s in samples])
 
 
 def leave_one_group_out(samples: Sequence[StageSample], cal: Calibration,
-                        groups: Sequence[str]) -> np.ndarray:
+                        groups: Sequence[str],
+                        params: Sequence[str] = ENGINE_PARAMS) -> np.ndarray:
     """Each sample's predicted step time from a fit that never saw its group (its model)."""
     groups = np.asarray(groups)
     pred = np.empty(len(samples))
     for g in np.unique(groups):
         out = groups == g
-        _, p = fit_engine(samples, cal, holdout=out)
+        _, p = fit_engine(samples, cal, holdout=out, params=params)
         pred[out] = p[out]
     return pred

@@ -1,0 +1,165 @@
+"""Engine-stack fit: what a serving engine's kernels and CPU add to the operator tables.
+
+The bundled GPU profiles start from Vidur's per-operator kernel tables
+(``benchmarks/operator_fit.py``). A serving engine runs those operators differently: vLLM
+v1 replays CUDA graphs (no per-kernel launch gaps), fuses the residual add into RMSNorm and
+the activation into one kernel (fewer elementwise bytes), uses its own all-reduce for small
+messages on NVLink (microseconds, not NCCL's tens), and pays CPU work per iteration. Those
+parameters (``STACK_PARAMS``) are fitted here to the load stages of the measured vLLM runs
+(``specsim.simulator.validation.stage_samples``: one equation per stage, measured time per
+output token vs the price of the stage's average iteration); the operator tables' values of
+everything else are kept. Leave-one-model-out says how well they transfer.
+
+    python benchmarks/engine_fit.py                  # print the fit, write nothing
+    python benchmarks/engine_fit.py --write-bundled  # update cost_models/calibrations/*.yaml
+
+Run ``operator_fit.py --write-bundled`` first when the operator tables change (it rewrites
+the profiles; this script then adds the engine stack). Speculation's per-step and
+per-sequence overheads come from a published measurement (REFERENCES-speculation-load.md
+A7; vLLM issue #49548) and are written with it. Reads ../shared/data/vllm_runs; where it is
+absent it says so and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from specsim.cost_models.calibrate.engine_fit import (  # noqa: E402
+    fit_engine,
+    leave_one_group_out,
+    stage_step_s,
+)
+from specsim.cost_models.calibrate.profiles import write_profile  # noqa: E402
+from specsim.cost_models.calibration import EXTRA_PARAMS, profile_from_dict  # noqa: E402
+
+DATA = REPO.parent / "shared" / "data" / "vllm_runs"
+BUNDLED = REPO / "cost_models" / "calibrations"
+FITTED_ON = "H100-SXM"  # the hardware of the measured runs
+TRANSFER_TO = ("A100-SXM-80GB",)
+STACK_PARAMS = ("engine_fixed_s", "engine_per_seq_s", "per_layer_overhead_s",
+                "allreduce_latency_s", "eta_attn_decode", "matmul_half_tokens",
+                "eta_elementwise")
+RUNS_SOURCE = ("8 measured vLLM v1 runs on H100-SXM (../shared/data/vllm_runs: Llama-2-7B TP1, "
+               "Llama-2-70B TP4, Mixtral-8x7B TP2, CodeLlama-34B TP2; 16 load stages), "
+               "benchmarks/engine_fit.py")
+# REFERENCES-speculation-load.md A7: vLLM 0.27.1, 1x H100 NVL, gemma-4-31B FP8, 400-token
+# context, speculation configured but K=0: TPOT +0.943 ms at concurrency 2, +16.656 ms at 189.
+A7_TPOT_DELTA = ((2, 15.317e-3 - 14.374e-3), (189, 93.820e-3 - 77.164e-3))
+A7_SOURCE = ("vLLM issue #49548 (2026-08-24), REFERENCES-speculation-load.md A7: TPOT with a "
+             "speculator configured at K=0 vs none, concurrency 2 and 189, 1x H100 NVL, "
+             "vLLM 0.27.1; a line through the two points; measured on another engine version "
+             "and chip, transferred")
+
+
+def spec_overheads() -> dict[str, float]:
+    """Per step and per decoding sequence, the line through A7's two points."""
+    (b1, d1), (b2, d2) = A7_TPOT_DELTA
+    per_seq = (d2 - d1) / (b2 - b1)
+    return {"spec_step_overhead_s": round(d1 - per_seq * b1, 9),
+            "spec_seq_overhead_s": round(per_seq, 9)}
+
+
+def _operator_values(doc: dict) -> dict:
+    """The operator tables' fit (kept under ``operator_tables_fitted`` once refitted)."""
+    return dict(doc.get("operator_tables_fitted") or doc["fitted"])
+
+
+def _cal(doc: dict, values: dict, origin: str):
+    return profile_from_dict({**doc, "fitted": values}, origin)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=DATA, help=f"vllm_runs folder (default {DATA})")
+    ap.add_argument("--write-bundled", action="store_true",
+                    help="write the fitted engine stack into cost_models/calibrations/")
+    args = ap.parse_args(argv)
+    if not args.data.is_dir():
+        print(f"engine_fit: {args.data} is absent (see shared/data/README.md, vllm_runs); "
+              "nothing to fit")
+        return 0
+    from specsim.simulator.validation.measured import load_vllm_run, run_files
+    from specsim.simulator.validation.stage_samples import stage_samples
+
+    samples = [s for f in run_files(args.data) for s in stage_samples(load_vllm_run(f))
+               if s.hardware == FITTED_ON]
+    path = BUNDLED / f"{FITTED_ON}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    op_values = _operator_values(doc)
+    base = _cal(doc, op_values, str(path))
+    measured = np.array([s.step_s for s in samples])
+    before = np.array([stage_step_s(s, base) for s in samples])
+    fitted, pred = fit_engine(samples, base, params=STACK_PARAMS)
+    lomo = leave_one_group_out(samples, base, [s.model for s in samples], params=STACK_PARAMS)
+
+    def ape(p: np.ndarray) -> np.ndarray:
+        return np.abs(p / measured - 1.0) * 100.0
+
+    print(f"engine-stack fit to {len(samples)} load stages of {len(set(s.label.split(':')[0] for s in samples))} "
+          f"measured vLLM runs on {FITTED_ON}")
+    print(f"{'run:stage':<48} {'rate':>5} {'rows':>6} {'measured':>9} {'op tables':>10} "
+          f"{'refit':>7} {'held out':>9}   (ms per output token; held out = model left out)")
+    for s, b, p, h in zip(samples, before, pred, lomo, strict=True):
+        print(f"{s.label[16:]:<48} {s.rate:5.1f} {s.decode_rows:6.1f} {s.step_s * 1e3:9.2f} "
+              f"{b * 1e3:10.2f} {p * 1e3:7.2f} {h * 1e3:9.2f}")
+    quality = {name: {"mean_ape_pct": round(float(ape(v).mean()), 2),
+                      "median_ape_pct": round(float(np.median(ape(v))), 2),
+                      "max_ape_pct": round(float(ape(v).max()), 2)}
+               for name, v in (("operator_tables_only", before), ("refit", pred),
+                               ("leave_one_model_out", lomo))}
+    for name, q in quality.items():
+        print(f"{name:<22} mean {q['mean_ape_pct']:5.1f}%  median {q['median_ape_pct']:5.1f}%  "
+              f"worst {q['max_ape_pct']:5.1f}%")
+    stack = {k: round(float(getattr(fitted, k)), 9) for k in STACK_PARAMS}
+    print("fitted: " + ", ".join(f"{k} {v:g} (tables {op_values.get(k)})"
+                                 for k, v in stack.items()))
+    spec = spec_overheads()
+    print("speculation (A7, transferred): " + ", ".join(f"{k} {v * 1e6:.1f} us"
+                                                       for k, v in spec.items()))
+    if not args.write_bundled:
+        return 0
+    today = dt.date.today().isoformat()
+    section = {"source": RUNS_SOURCE, "date": today, "parameters": list(STACK_PARAMS),
+               "fit_error_ms_per_token": quality,
+               "stages": [{"stage": s.label, "measured_ms": round(s.step_s * 1e3, 3),
+                           "refit_ms": round(float(p) * 1e3, 3),
+                           "held_out_ms": round(float(h) * 1e3, 3)}
+                          for s, p, h in zip(samples, pred, lomo, strict=True)]}
+    for hw in (FITTED_ON, *TRANSFER_TO):
+        p = BUNDLED / f"{hw}.yaml"
+        d = yaml.safe_load(p.read_text())
+        ops = _operator_values(d)
+        new = {**ops, **stack, **spec}
+        own = hw == FITTED_ON
+        d["fitted"] = new
+        d["operator_tables_fitted"] = ops
+        d["parameter_sources"] = {
+            **{k: "operator tables (fit_quality)" for k in ops if k not in stack},
+            **{k: ("vllm_runs refit (engine_fit)" if own else
+                   f"TRANSFERRED from the {FITTED_ON} vllm_runs refit (no runs on {hw})")
+               for k in stack},
+            **{k: A7_SOURCE for k in spec}}
+        for k, neutral in EXTRA_PARAMS.items():  # what no data here separates
+            if k not in d["parameter_sources"]:
+                d["parameter_sources"][k] = f"not fitted: the neutral default ({neutral})"
+        d["engine_fit"] = section if own else {"transferred_from": FITTED_ON, **section}
+        d["source"] = (d["source"].split(" + engine stack:")[0]
+                       + f" + engine stack: {RUNS_SOURCE}"
+                       + ("" if own else f" (fitted on {FITTED_ON}, transferred)"))
+        profile_from_dict(d, str(p))  # still a valid profile
+        write_profile(d, p, force=True)
+        print(f"wrote {p.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
