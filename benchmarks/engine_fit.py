@@ -34,7 +34,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specsim.cost_models.calibrate.engine_fit import (  # noqa: E402
+    SpecOverheadSample,
     fit_engine,
+    fit_spec_overheads,
     leave_one_group_out,
     stage_step_s,
 )
@@ -61,11 +63,12 @@ A7_SOURCE = ("vLLM issue #49548 (2026-08-24), REFERENCES-speculation-load.md A7:
 
 
 def spec_overheads() -> dict[str, float]:
-    """Per step and per decoding sequence, the line through A7's two points."""
-    (b1, d1), (b2, d2) = A7_TPOT_DELTA
-    per_seq = (d2 - d1) / (b2 - b1)
-    return {"spec_step_overhead_s": round(d1 - per_seq * b1, 9),
-            "spec_seq_overhead_s": round(per_seq, 9)}
+    """Per step and per decoding sequence, fitted to A7's two points (nothing drafted, so
+    the per-drafted-token term stays unfitted)."""
+    samples = [SpecOverheadSample(f"A7 concurrency {b}", float(b), 0.0, d)
+               for b, d in A7_TPOT_DELTA]
+    fit = fit_spec_overheads(samples, ("spec_step_overhead_s", "spec_seq_overhead_s"))
+    return {k: round(v, 9) for k, v in fit.items()}
 
 
 def _operator_values(doc: dict) -> dict:

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from specsim.cost_models.calibrate.engine_fit import (
+    SpecOverheadSample,
     StageSample,
     fit_engine,
+    fit_spec_overheads,
     leave_one_group_out,
     stage_step_s,
 )
@@ -55,7 +57,7 @@ def test_leave_one_model_out_predicts_held_out_models():
 
 STACK = ("engine_fixed_s", "engine_per_seq_s", "per_layer_overhead_s", "allreduce_latency_s",
          "eta_attn_decode", "matmul_half_tokens", "eta_elementwise")
-TRUE_STACK = replace(BASE, engine_fixed_s=1.2e-3, engine_per_seq_s=2e-5,
+TRUE_STACK = replace(BASE, engine_fixed_s=1.2e-3, engine_per_seq_s=2e-5, engine_per_prefill_s=2e-3,
                      per_layer_overhead_s=1.5e-5, allreduce_latency_s=8e-6, eta_attn_decode=0.8,
                      matmul_half_tokens=60.0, eta_elementwise=0.6)
 
@@ -83,10 +85,54 @@ def _stack_samples(noise: float, seed: int) -> list[StageSample]:
 def test_recovers_every_engine_stack_parameter(noise):
     """The engine-stack refit (benchmarks/engine_fit.py) identifies each of its parameters."""
     samples = _stack_samples(noise, seed=3)
-    fitted, pred = fit_engine(samples, BASE, params=STACK)
+    known = replace(BASE, engine_per_prefill_s=TRUE_STACK.engine_per_prefill_s)  # not fitted
+    fitted, pred = fit_engine(samples, known, params=STACK)
     measured = np.array([s.step_s for s in samples])
     assert np.abs(pred / measured - 1).max() < 4 * noise + 1e-3  # 25 draws: max ~2.5 sigma
     rel = 0.02 if noise == 0 else 0.3
     for name in STACK:
         got, want = getattr(fitted, name), getattr(TRUE_STACK, name)
         assert got == pytest.approx(want, rel=rel), name
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.005])
+def test_recovers_cpu_work_per_prefill(noise):
+    """engine_per_prefill_s with the other CPU terms, the kernels known. (With the kernels'
+    small-matmul term fitted too, stage averages cannot tell a prompt's CPU cost from its
+    matmuls' inefficiency: both ride on the prompts per step. So the bundled fit leaves
+    engine_per_prefill_s at 0.)"""
+    params = ("engine_fixed_s", "engine_per_seq_s", "engine_per_prefill_s")
+    fitted, _ = fit_engine(_stack_samples(noise, seed=5), TRUE_STACK, params=params)
+    rel = 1e-3 if noise == 0 else 0.3
+    for name in params:
+        assert getattr(fitted, name) == pytest.approx(getattr(TRUE_STACK, name), rel=rel), name
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.01])
+def test_recovers_speculation_overheads(noise):
+    """Per step, per decoding sequence and per drafted token, from the model's own
+    ``speculation_overhead`` at varied batches and draft lengths."""
+    from specsim.cost_models.catalog import get_hardware, get_model, get_precision
+    from specsim.cost_models.roofline import ForwardCostModel
+
+    true = replace(BASE, spec_step_overhead_s=8e-4, spec_seq_overhead_s=6e-5,
+                   spec_token_overhead_s=5e-6)
+    cm = ForwardCostModel(get_model("Llama-3.1-8B"), get_hardware("H100-SXM"), 1,
+                          get_precision({"weights": "bf16", "activations": "bf16",
+                                         "kv_cache": "bf16"}, "precision"), true)
+    rng = np.random.default_rng(4)
+    samples = []
+    for rows in (1, 4, 16, 64, 189):
+        for k in (0, 2, 5):
+            o = float(cm.speculation_overhead(rows, rows * k))
+            samples.append(SpecOverheadSample(f"{rows}x{k}", rows, rows * k,
+                                              o * (1 + noise * rng.standard_normal())))
+    fit = fit_spec_overheads(samples)
+    rel = 1e-6 if noise == 0 else 0.15
+    for name, value in fit.items():
+        assert value == pytest.approx(getattr(true, name), rel=rel), name
+
+
+def test_speculation_overheads_need_enough_samples():
+    with pytest.raises(ValueError, match="cannot separate"):
+        fit_spec_overheads([SpecOverheadSample("one", 2.0, 0.0, 1e-3)])

@@ -119,3 +119,36 @@ def leave_one_group_out(samples: Sequence[StageSample], cal: Calibration,
         _, p = fit_engine(samples, cal, holdout=out, params=params)
         pred[out] = p[out]
     return pred
+
+
+SPEC_PARAMS = ("spec_step_overhead_s", "spec_seq_overhead_s", "spec_token_overhead_s")
+
+
+@dataclass(frozen=True)
+class SpecOverheadSample:
+    """Speculation's own cost in one measured configuration: the extra time per step over
+    the same batch without a speculator, less the drafter's and the verify pass's GPU
+    work (zero when measured with nothing drafted, as vLLM's K=0 runs are)."""
+
+    label: str
+    rows: float  # decoding sequences per step
+    drafted: float  # draft tokens proposed per step, all rows together
+    overhead_s: float  # measured extra seconds per step
+
+
+def fit_spec_overheads(samples: Sequence[SpecOverheadSample],
+                       params: Sequence[str] = SPEC_PARAMS) -> dict[str, float]:
+    """Non-negative least squares of ``overhead = step + seq x rows + token x drafted``
+    (``ForwardCostModel.speculation_overhead``) over the samples, relative errors weighted
+    alike. ``params`` picks the terms the samples can separate (with nothing drafted,
+    ``spec_token_overhead_s`` cannot be; it stays 0)."""
+    from scipy.optimize import nnls
+
+    cols = {"spec_step_overhead_s": lambda s: 1.0, "spec_seq_overhead_s": lambda s: s.rows,
+            "spec_token_overhead_s": lambda s: s.drafted}
+    if len(samples) < len(params):
+        raise ValueError(f"{len(samples)} samples cannot separate {len(params)} parameters")
+    y = np.array([s.overhead_s for s in samples])
+    a = np.array([[cols[p](s) for p in params] for s in samples]) / y[:, None]
+    x, _ = nnls(a, np.ones(len(samples)))
+    return {p: float(v) for p, v in zip(params, x, strict=True)}
