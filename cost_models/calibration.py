@@ -6,6 +6,7 @@ one, the roofline uses the *uncalibrated default* below and every report says so
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -83,16 +84,49 @@ def uncalibrated_default(hardware_name: str) -> Calibration:
     """Defaults for a chip no profile has been fitted to (labelled as such in reports).
 
     eta_compute: the measured matmul ceiling where REFERENCES.md has one, else 0.70 (assumed).
-    eta_memory 0.80, 5 us per layer and 200 us per pass: assumed, not measured.
+    eta_memory 0.80, 5 us per layer and 200 us per pass: assumed, not measured. The
+    engine's CPU work per iteration and speculation's own overheads are the serving
+    engine's, not the chip's: they come from the bundled H100-SXM profile's vLLM fit
+    (transferred and said so), so that an uncalibrated chip is not spared costs a
+    calibrated one pays.
     """
     eta_c = _MEASURED_MATMUL_ETA.get(hardware_name, 0.70)
     src = ("eta_compute: measured matmul ceiling (ml-engineering via REFERENCES.md)"
            if hardware_name in _MEASURED_MATMUL_ETA else "eta_compute 0.70: assumed")
+    engine, engine_src = _engine_defaults()
     return Calibration(
         name=UNCALIBRATED, eta_compute=eta_c, eta_memory=0.80,
         per_layer_overhead_s=5e-6, fixed_overhead_s=200e-6, calibrated=False,
-        source=src + "; eta_memory 0.80, 5 us/layer, 200 us/pass: assumed",
+        source=src + "; eta_memory 0.80, 5 us/layer, 200 us/pass: assumed" + engine_src,
+        **engine,
     )
+
+
+#: engine and speculation parameters an uncalibrated chip borrows (see uncalibrated_default)
+ENGINE_DEFAULT_PARAMS = ("engine_fixed_s", "engine_per_seq_s", "engine_per_prefill_s",
+                         "spec_step_overhead_s", "spec_seq_overhead_s", "spec_token_overhead_s")
+ENGINE_DEFAULT_FROM = "H100-SXM"
+
+
+@functools.cache
+def _engine_defaults() -> tuple[dict[str, float], str]:
+    """The bundled H100-SXM profile's engine-stack values, or nothing without it."""
+    from specsim.yamlio import load as load_yaml  # lazy: no cycle
+
+    try:
+        text = _bundled_dir().joinpath(f"{ENGINE_DEFAULT_FROM}.yaml").read_text()
+        doc = load_yaml(text)
+        fitted = doc.get("fitted") if isinstance(doc, dict) else None
+    except (OSError, yaml.YAMLError):
+        return {}, ""
+    if not isinstance(fitted, dict):
+        return {}, ""
+    vals = {k: float(fitted[k]) for k in ENGINE_DEFAULT_PARAMS
+            if isinstance(fitted.get(k), int | float)}
+    if not vals:
+        return {}, ""
+    return vals, (f"; engine CPU work and speculation overheads: transferred from the bundled "
+                  f"{ENGINE_DEFAULT_FROM} profile (a vLLM v1 fit)")
 
 
 def _bundled_dir() -> Any:

@@ -200,12 +200,16 @@ def _calibration_banner(v: _View) -> str:
     detail = (f"eta_compute {_num(vals.get('eta_compute'))}, eta_memory "
               f"{_num(vals.get('eta_memory'))}, per-layer overhead "
               f"{_num(vals.get('per_layer_overhead_s'), 1e6)} us, fixed overhead "
-              f"{_num(vals.get('fixed_overhead_s'), 1e6)} us per pass")
+              f"{_num(vals.get('fixed_overhead_s'), 1e6)} us per pass, engine CPU work "
+              f"{_num(vals.get('engine_fixed_s'), 1e3)} ms per iteration")
+    if vals.get("spec_step_overhead_s"):
+        detail += (f", speculation {_num(vals.get('spec_step_overhead_s'), 1e3)} ms per step + "
+                   f"{_num(vals.get('spec_seq_overhead_s'), 1e6)} us per sequence")
     if cal == UNCALIBRATED:
         return (f"> **{UNCALIBRATED_LINE}.** Iteration times, and every latency, throughput, cost "
-                f"and energy figure below, rest on {detail}. Run `specsim calibrate` on the "
-                "target hardware and set `calibration:` in the scenario to replace them with "
-                "measured values.")
+                f"and energy figure below, rest on {detail} ({vals.get('source', 'assumed')}). "
+                "Run `specsim calibrate` on the target hardware and set `calibration:` in the "
+                "scenario to replace them with measured values.")
     src = vals.get("source")
     return (f"Cost model: calibration profile **{cal}** ({detail}"
             + (f"; source: {src}" if src else "") + ").")
