@@ -52,7 +52,7 @@ from specsim.simulator.speculation.drafters import (
     DrafterModel,
     build_drafter,
 )
-from specsim.simulator.speculation.policies import make_policy
+from specsim.simulator.speculation.policies import PolicyContext, make_policy
 from specsim.traces.errors import TraceError
 
 USER_ERRORS = (ScenarioError, CatalogError, TraceError)
@@ -100,7 +100,9 @@ class Deployment:
         # --- speculation
         self.method = spec["method"]
         self.drafter, drafter_model = self._drafter(spec)
-        self.controller = make_policy(spec["policy"], self.method, spec["k"])
+        self.controller = make_policy(spec["policy"], self.method, spec["k"], PolicyContext(
+            spec["k"], dict(spec["policy_params"] or {}),
+            ridge_tokens=self.target.ridge_tokens()))
         self.overlap_draft = bool(spec["overlap_draft"])
         acc_sec = spec["acceptance"]
         if self.method != "none" and acc_sec is None:
@@ -228,6 +230,11 @@ class Simulation:
         self.arrivals = (ClosedLoop(self, closed, self.seed) if closed is not None
                          else OpenLoop(self))
         executor = Executor(self.target, self.drafter, self.overlap_draft)
+        pctx = self.controller.ctx  # what adaptive policies read: classes, priors, pricing
+        pctx.executor = executor
+        pctx.class_names = list(getattr(self.acceptance, "_names", []) or [])
+        pctx.class_alpha = (np.asarray(self.alpha_table[:, 0], np.float64) if self.table.n
+                            else np.zeros(1))
         multi_step = bool(sc["simulation"]["fast_path"])
         sched_cls = BATCH_SCHEDULERS.get(s["policy"])
         self.workers = []

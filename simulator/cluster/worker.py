@@ -81,6 +81,8 @@ class Worker:
         self.scheduler, self.kernel, self.kv = scheduler, kernel, kv
         self.policy, self.drafter = policy, drafter
         self.ledger, self.metrics = ledger, metrics
+        self.policy = policy.bind(self)  # adaptive policies keep per-worker state
+        self.adaptive = self.policy.fixed_k is None
         self.multi_step = multi_step and policy.fixed_k is not None
         self.record = record_iterations
         self.on_finish = on_finish
@@ -156,6 +158,7 @@ class Worker:
             if self.multi_step and shape.uniform and not self.waiting:
                 steps = self._segment_length()
             seg = self.kernel.plan(shape, env.now, steps, self.policy.fixed_k)
+            seg.reason = self.metrics.reason_code(self.policy.reason)
             if steps > 1 and self._hint is not None:
                 # end where the foreseen arrival would cut it anyway: no interrupt needed
                 n = seg.steps_started_before(self._hint)
@@ -196,8 +199,13 @@ class Worker:
 
     def _commit(self, upto: int) -> None:
         seg = self.seg
+        first = seg.done
         finished = self.kernel.commit(seg, upto, self.kv, self.ledger, self.metrics, self.wid,
                                       self.record)
+        if self.adaptive:  # what each committed step accepted, for the policy's estimates
+            for s in range(first, upto):
+                self.policy.observe(seg.rows, seg.k[s], seg.acc[s], seg.emit[s],
+                                    float(seg.dt[s]), self.table)
         if len(finished):
             t = self.table
             t.status[finished] = rq.DONE

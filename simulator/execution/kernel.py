@@ -58,6 +58,7 @@ class Segment:
     first0: np.ndarray  # (B,) bool: first token of the request in step 0
     m: int
     done: int = 0
+    reason: int = 0  # the speculation policy's decision (Metrics.reason_code)
 
     def steps_ending_by(self, t: float, strict: bool = False) -> int:
         """How many planned steps have ended by time t (end <= t, or < t if strict)."""
@@ -232,5 +233,5 @@ class Kernel:
             metrics.add_iterations(b - a, seg.start[sl], wid, n_alive, n_alive - n_pre, n_pre,
                                    seg.tokens[sl], seg.k[sl].sum(axis=1), seg.draft[sl],
                                    seg.verify[sl], cu, mu,
-                                   seg.after_rows[sl].sum(axis=1))
+                                   seg.after_rows[sl].sum(axis=1), seg.reason)
         return finished

@@ -73,7 +73,7 @@ class LogHistogram:
 
 ITER_COLUMNS = ("time_s", "worker", "batch_size", "decode_seqs", "prefill_seqs", "tokens",
                 "drafted_tokens", "draft_time_s", "verify_time_s", "compute_util",
-                "memory_util", "kv_blocks_used")
+                "memory_util", "kv_blocks_used", "policy_reason")
 
 
 class Metrics:
@@ -85,6 +85,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.itl = LogHistogram()
+        self.reasons: dict[str, int] = {}  # speculation-policy decisions, coded in the log
         self._buf = np.empty((4096, len(ITER_COLUMNS)))
         self._n = 0
 
@@ -96,6 +97,13 @@ class Metrics:
             grown = np.empty((max(2 * len(self._buf), self._n + m), len(ITER_COLUMNS)))
             grown[: self._n] = self._buf[: self._n]
             self._buf = grown
+
+    def reason_code(self, reason: str) -> int:
+        """A small integer for a policy's decision text (iterations.csv shows the text)."""
+        code = self.reasons.get(reason)
+        if code is None:
+            code = self.reasons[reason] = len(self.reasons)
+        return code
 
     def add_iterations(self, m: int, *cols) -> None:
         """``m`` rows at once (scalars broadcast): a committed stretch of a segment."""
@@ -111,6 +119,8 @@ class Metrics:
         for c in ("worker", "batch_size", "decode_seqs", "prefill_seqs", "drafted_tokens",
                   "kv_blocks_used"):
             df[c] = df[c].astype(np.int64)
+        names = np.array(list(self.reasons) or [""], dtype=object)
+        df["policy_reason"] = names[df["policy_reason"].to_numpy().astype(np.int64)]
         return df
 
 

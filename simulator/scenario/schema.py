@@ -238,6 +238,8 @@ class _Speculation(Section):
 
     k: Int(0, 64) = Field(4, description="draft length")
     policy: Policy(SPECULATION_POLICIES) = "static"
+    policy_params: OptMapping = Field(
+        None, description="the policy's settings (see README: speculation policies)")
     drafter: OptRef = Field(None, description="catalog model or inline mapping")
     drafter_quantization: _section(Quantization)
     draft_cost: _section(DraftCost)
