@@ -50,6 +50,7 @@ from specsim.simulator.speculation.drafters import (
     DraftContext,
     Drafter,
     DrafterModel,
+    NoDrafter,
     build_drafter,
 )
 from specsim.simulator.speculation.policies import PolicyContext, make_policy
@@ -151,8 +152,11 @@ class Deployment:
         return cal
 
     def _drafter(self, spec: dict[str, Any]) -> tuple[Drafter, DrafterModel | None]:
-        return build_drafter(DraftContext(spec, self.model, self.target, self.hw, self.tp,
-                                          self.calibration))
+        built = build_drafter(DraftContext(spec, self.model, self.target, self.hw, self.tp,
+                                           self.calibration))  # validates the section
+        if spec["method"] != "none" and spec["k"] == 0:  # k: 0 configures no speculator
+            return NoDrafter(), None
+        return built
 
     def _kv_blocks(self, fraction: float, drafter: Any, explicit: int | None = None) -> int:
         """KV blocks per worker: what ``fraction`` of memory holds after the weights, or the
@@ -229,7 +233,8 @@ class Simulation:
         closed = trace.attrs.get("closed_loop")
         self.arrivals = (ClosedLoop(self, closed, self.seed) if closed is not None
                          else OpenLoop(self))
-        executor = Executor(self.target, self.drafter, self.overlap_draft)
+        executor = Executor(self.target, self.drafter, self.overlap_draft,
+                            speculating=self.method != "none" and sc["speculation"]["k"] > 0)
         pctx = self.controller.ctx  # what adaptive policies read: classes, priors, pricing
         pctx.executor = executor
         pctx.class_names = list(getattr(self.acceptance, "_names", []) or [])
@@ -429,7 +434,8 @@ class Simulation:
             "model": self.model.name,
             "speculation": {"method": self.method, "k": sc["speculation"]["k"],
                             "policy": self.controller.name, "drafter": self.drafter.describe(),
-                            "acceptance_profile": self.acceptance.name},
+                            "acceptance_profile": self.acceptance.name,
+                            **self._speculation_metrics(busy)},
             "simulated_time_s": now,
             "wall_time_s": wall_s,
             "calibration": cal.name if cal.calibrated else UNCALIBRATED,
@@ -437,6 +443,35 @@ class Simulation:
             "hardware_calibrated": bool(cal.calibrated and cal.hardware == self.hw.name),
             "notes": list(self.notes),
         }
+
+    def _speculation_metrics(self, busy: float) -> dict[str, Any]:
+        """Where the busy time and energy went (accepted, bonus, wasted, prompt work), the
+        accepted-length histogram per class and the policy's decisions."""
+        from specsim.simulator.cluster.worker import WORK_KINDS
+
+        work_s = {k: sum(w.ledger.work_s[k] for w in self.workers) for k in WORK_KINDS}
+        work_j = {k: sum(w.ledger.work_j[k] for w in self.workers) for k in WORK_KINDS}
+        out: dict[str, Any] = {
+            "work_s": work_s, "work_j": work_j,
+            "wasted_time_fraction": work_s["wasted"] / busy if busy else 0.0,
+            "wasted_energy_fraction": (work_j["wasted"] / sum(work_j.values())
+                                       if any(work_j.values()) else 0.0)}
+        hists = [w.kernel.accept_hist for w in self.workers if w.kernel.accept_hist is not None]
+        if hists:
+            h = np.sum(hists, axis=0)
+            names = list(getattr(self.acceptance, "_names", []) or [])
+            kmax = int(np.flatnonzero(h.sum(axis=0)).max()) + 1 if h.any() else 0
+            out["accepted_per_step_histogram"] = {
+                names[i] if i < len(names) else str(i): [int(x) for x in h[i, :kmax]]
+                for i in range(h.shape[0]) if h[i].any()}
+        codes = {c: r for r, c in self.metrics.reasons.items()}
+        decisions: dict[str, int] = {}
+        for w in self.workers:
+            for c, n in w.kernel.reason_iterations.items():
+                decisions[codes.get(c, str(c))] = decisions.get(codes.get(c, str(c)), 0) + n
+        out["policy_decisions"] = dict(sorted(decisions.items(), key=lambda kv: -kv[1])[:20])
+        out["policy_changes"] = int(sum(w.kernel.reason_changes for w in self.workers))
+        return out
 
     def check_invariants(self) -> None:
         """Conservation checks (also run by tests): KV blocks, tokens, request states."""

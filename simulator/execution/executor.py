@@ -17,14 +17,18 @@ class Executor:
     rejection sampling, per-token bookkeeping) + the engine's CPU work for the batch.
     """
 
-    def __init__(self, target, drafter, overlap_draft: bool) -> None:
+    def __init__(self, target, drafter, overlap_draft: bool, speculating: bool | None = None
+                 ) -> None:
         self.target, self.drafter, self.overlap = target, drafter, overlap_draft
-        self.speculating = drafter.name != "none"
+        # a configured speculator costs its per-step work even when a policy drafts nothing
+        # (vLLM #49548); k = 0 in the scenario means none is configured
+        self.speculating = drafter.name != "none" if speculating is None else speculating
 
     def price(self, k: np.ndarray, ctx: np.ndarray, tokens: np.ndarray, qc: np.ndarray,
               csum: np.ndarray, logits: np.ndarray, pf_tokens: np.ndarray,
               pf_qc: np.ndarray, seqs: np.ndarray, chunks: np.ndarray) -> tuple[np.ndarray, ...]:
-        """Per step: (seconds, draft s, verify s, FLOPs, bytes) of a (steps x rows) plan.
+        """Per step: (seconds, draft s, verify s, FLOPs, bytes, draft FLOPs, draft bytes) of a
+        (steps x rows) plan (the draft phase's own work, for its own utilisation and power).
 
         ``seqs`` and ``chunks`` count each step's rows with work and its prompt chunks.
         """
@@ -38,4 +42,4 @@ class Executor:
             dtt = dtt + self.target.speculation_overhead(seqs - chunks, k.sum(axis=1))
         dt = np.maximum(dtt, vt) if self.overlap else dtt + vt
         dt = dt + self.target.iteration_overhead(seqs, chunks)
-        return dt, dtt, vt, vf + dtf, vb + dtb
+        return dt, dtt, vt, vf + dtf, vb + dtb, dtf, dtb

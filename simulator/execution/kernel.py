@@ -57,6 +57,9 @@ class Segment:
     prefill0: np.ndarray  # (B,) bool: prefilling in step 0
     first0: np.ndarray  # (B,) bool: first token of the request in step 0
     m: int
+    dflops: np.ndarray | None = None  # (S,) the draft phase's own FLOPs and bytes
+    dbytes: np.ndarray | None = None
+    pf_tokens: np.ndarray | None = None  # (S,) prompt tokens in each step's target pass
     done: int = 0
     reason: int = 0  # the speculation policy's decision (Metrics.reason_code)
 
@@ -81,6 +84,12 @@ class Kernel:
         self.drafter = drafter
         self.bs = block_size
         self.kv_total = kv_total
+        # speculation metrics: accepted drafts per step per class (0..k), policy decisions
+        n_cls = max(int(alpha_table.shape[0]), 1)
+        self.accept_hist = np.zeros((n_cls, 65), np.int64) if drafter.name != "none" else None
+        self.reason_iterations: dict[int, int] = {}
+        self.reason_changes = 0
+        self.last_reason: int | None = None
 
     def plan(self, shape: StepShape, now: float, steps: int, fixed_k: int | None) -> Segment:
         """Plan up to ``steps`` iterations starting at ``now`` (1 unless ``fixed_k`` is set)."""
@@ -174,14 +183,14 @@ class Kernel:
         chunks = np.zeros(S)
         if has_pre:
             chunks[0] = float((pre0 & (q[0] > 0)).sum())
-        dt, draft, verify, flops, nbytes = self.executor.price(k, ctx, tokens, qc, csum, logits,
-                                                               pf_tokens, pf_qc, seqs, chunks)
+        dt, draft, verify, flops, nbytes, dflops, dbytes = self.executor.price(
+            k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunks)
         end = now + np.cumsum(dt)
         start = end - dt
         m = int(np.argmin(ok)) if not ok.all() else S
         return Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc, emit,
                        kv_add, count0, alive, finishing, during, after_rows, pre0,
-                       pre0 & done0 & (gen0 == 0), max(m, 1))
+                       pre0 & done0 & (gen0 == 0), max(m, 1), dflops, dbytes, pf_tokens)
 
     def commit(self, seg: Segment, upto: int, kv, ledger, metrics, wid: int,
                record: bool) -> np.ndarray:
@@ -224,7 +233,27 @@ class Kernel:
             t.last_delivery[finished] = t.finish[finished]
         seg.done = b
         dt = seg.dt[sl]
-        cu, mu = ledger.add(dt, seg.draft[sl], seg.verify[sl], seg.flops[sl], seg.nbytes[sl])
+        k, acc = seg.k[sl], seg.acc[sl]
+        decoding = alive.copy()
+        if a == 0:
+            decoding[0] &= ~seg.prefill0
+        drafted = k.sum(axis=1).astype(np.float64)
+        accepted = acc.sum(axis=1).astype(np.float64)
+        overlap = self.executor.overlap  # a draft phase hidden under the verify pass has no
+        draft_phase = np.zeros_like(dt) if overlap else seg.draft[sl]  # time of its own
+        cu, mu = ledger.add(dt, seg.draft[sl], seg.verify[sl], seg.flops[sl], seg.nbytes[sl],
+                            draft_phase, seg.dflops[sl], seg.dbytes[sl], drafted, accepted,
+                            decoding.sum(axis=1).astype(np.float64), seg.pf_tokens[sl],
+                            seg.tokens[sl])
+        if self.accept_hist is not None and drafted.any():  # accepted lengths per class
+            used = k > 0
+            cls = np.broadcast_to(t.cls_idx[rows], k.shape)[used]
+            np.add.at(self.accept_hist, (cls, acc[used]), 1)
+        if a == 0:
+            if self.last_reason is not None and seg.reason != self.last_reason:
+                self.reason_changes += 1
+            self.last_reason = seg.reason
+        self.reason_iterations[seg.reason] = self.reason_iterations.get(seg.reason, 0) + b - a
         if record:
             n_alive = alive.sum(axis=1)
             n_pre = np.zeros(b - a, np.int64)
