@@ -109,7 +109,9 @@ class Deployment:
         if self.method != "none" and acc_sec is None:
             raise ScenarioError("speculation.acceptance: required when speculation.method is "
                                 f"{self.method!r} (a profile name, alpha, or tau at k)")
-        self.acceptance = (build_acceptance(acc_sec, self.seed) if acc_sec is not None
+        self.acceptance = (build_acceptance(acc_sec, self.seed, speculation=spec,
+                                            base_dir=base_dir, notes=self.notes)
+                           if acc_sec is not None
                            else build_acceptance({"alpha": 0.0}, self.seed))
         # --- memory: weights of target (+ drafter) and KV per token, per device
         self.block_size = int(sc["scheduler"]["block_size"])
