@@ -113,7 +113,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = run_scenario(source, seed=args.seed, overrides=args.set, trace=trace,
                                   progress=update)
     else:
+        trace = None
         result = run_scenario(source, seed=args.seed, overrides=args.set)
+    if getattr(args, "baseline", False):
+        result = _with_baseline(result, source, args, trace)
     mode = None
     if args.out:
         mode = write_outputs(result, Path(args.out), report=not args.no_report, force=args.force)
@@ -125,6 +128,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"wrote {args.out}/metrics.json, requests.csv, iterations.csv"
                       + ("" if args.no_report else ", report.md") + how)
     return 0
+
+
+def _with_baseline(result, source, args, trace):
+    """The same scenario with speculation off (same trace and seed), compared per class."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from specsim.simulator.cluster.engine import run_scenario
+    from specsim.simulator.metrics.baseline import compare
+
+    base = run_scenario(source, seed=args.seed, overrides=[*args.set, "speculation.method=none"],
+                        trace=trace)
+    section = compare(result.metrics, result.requests, base.metrics, base.requests)
+    console = Console()
+    for cls, row in section["per_class"].items():
+        sp = row["tpot_speedup"]
+        console.print(f"baseline (speculation off), {cls}: TPOT "
+                      + (f"{row['baseline']['tpot_s'] * 1e3:.2f} ms -> "
+                         f"{row['speculative']['tpot_s'] * 1e3:.2f} ms ({sp:.2f}x)"
+                         if sp is not None else "n/a"))
+    return dataclasses.replace(result, metrics={**result.metrics, "baseline": section})
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -204,6 +229,56 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_acceptance_import(args: argparse.Namespace) -> int:
+    from specsim.simulator.speculation.acceptance_import import import_profile
+
+    res = import_profile(args.source, args.file, args.out, name=args.name, method=args.method,
+                         cls=args.cls, drafter=args.drafter, k=args.k, form=args.form,
+                         force=args.force)
+    for cls, spec in res["entry"]["classes"].items():
+        form = next(f for f in ("alpha_by_position", "histogram", "tau") if f in spec)
+        print(f"{res['name']}.{cls}: {form} at k={spec['at_k']} ({spec.get('notes', '')})")
+    print(f"wrote {res['path']}: use it as speculation: {{acceptance: {{profile: "
+          f"{res['path']}}}}}")
+    return 0
+
+
+def _add_acceptance_commands(sub) -> None:
+    """``specsim acceptance import``: measured acceptance -> a profile YAML (imports lazily)."""
+    acc = sub.add_parser("acceptance", help="acceptance profiles: import measured acceptance")
+    accsub = acc.add_subparsers(dest="acceptance_command", required=True)
+    imp = accsub.add_parser(
+        "import", help="turn measured acceptance into a profile YAML a scenario can name",
+        description="Read measured acceptance and write an acceptance profile (per-position\n"
+                    "conditional alphas, an accepted-length histogram, or tau at k) that a\n"
+                    "scenario uses as speculation: {acceptance: {profile: FILE.yaml}}.\n"
+                    "prometheus: vLLM /metrics text (vllm:spec_decode_num_drafts_total,\n"
+                    "  ..._draft_tokens_total, ..._accepted_tokens_total,\n"
+                    "  ..._accepted_tokens_per_pos_total{position=\"i\"});\n"
+                    "csv: position,accepted,drafted | position,rate | position,alpha;\n"
+                    "specdec: specsim's torch speculative loop (a calibration profile's\n"
+                    "  end_to_end.runs, or a list of RunResult.summary() records).",
+        epilog="example: specsim acceptance import --from prometheus metrics.txt "
+               "--out profiles/eagle3-chat.yaml --method eagle3 --class chat",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    imp.add_argument("file", help="the measurements: Prometheus text, CSV, or specdec YAML/JSON")
+    imp.add_argument("--from", dest="source", required=True,
+                     choices=("prometheus", "csv", "specdec"), help="what FILE is")
+    imp.add_argument("--out", required=True, help="profile YAML to write (not over an existing "
+                     "file unless --force)")
+    imp.add_argument("--name", help="profile name (default: the --out file's stem)")
+    imp.add_argument("--method", help="the method measured (eagle3, mtp, ngram, ...)")
+    imp.add_argument("--class", dest="cls", metavar="C", help="workload class of the figures "
+                     "(default: 'default'; specdec: keep only this prompt kind)")
+    imp.add_argument("--drafter", help="specdec: which drafter's runs (e.g. prompt-lookup)")
+    imp.add_argument("--k", type=int, help="prometheus without per-position counters: the "
+                     "configured draft length")
+    imp.add_argument("--form", choices=("positions", "tau"), default="positions",
+                     help="write per-position alphas (default) or tau at k")
+    imp.add_argument("--force", action="store_true", help="replace an existing --out file")
+    imp.set_defaults(func=cmd_acceptance_import)
+
+
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -242,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a scenario key (repeatable), validated like the file")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--no-report", action="store_true", help="skip report.md and plots")
+    r.add_argument("--baseline", action="store_true",
+                   help="also run with speculation off (same trace and seed) and add the "
+                        "per-class speedups to metrics.json (baseline)")
     r.set_defaults(func=cmd_run)
     v = sub.add_parser("validate", help="check a scenario without running it")
     v.add_argument("scenario", help="scenario YAML file (e.g. scenarios/chat.yaml)")
@@ -286,6 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     from specsim.traces.cli import add_trace_commands
 
     add_trace_commands(sub)
+    _add_acceptance_commands(sub)
     add_calibrate_command(sub, simulate_runs=_simulate_runs)  # imports torch only when run
     return p
 

@@ -145,3 +145,22 @@ def test_subprocess_error_has_no_traceback(tmp_path):
 def test_missing_scenario_file(capsys):
     assert run_cli("run", "no/such/file.yaml") == 2
     assert "no/such/file.yaml: no such scenario file" in capsys.readouterr().err
+
+
+def test_run_with_baseline_adds_per_class_speedups(tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("run", CHAT, "--out", out, "--baseline", *SMALL) == 0
+    m = json.loads((out / "metrics.json").read_text())
+    b = m["baseline"]
+    assert set(b["per_class"]) == {"all", "chat"}
+    row = b["per_class"]["chat"]
+    assert row["tpot_speedup"] == pytest.approx(row["baseline"]["tpot_s"]
+                                                / row["speculative"]["tpot_s"])
+    assert row["tpot_speedup"] > 1.2  # EAGLE-3 at light load: clearly faster
+    assert row["baseline"]["requests"] == row["speculative"]["requests"] == 80
+    # the baseline is the same scenario with speculation off: its TPOT is the nospec run's
+    plain = tmp_path / "plain"
+    assert run_cli("run", CHAT, "--out", plain, *SMALL,
+                   "--set", "speculation.method=none") == 0
+    off = json.loads((plain / "metrics.json").read_text())
+    assert row["baseline"]["tpot_s"] == pytest.approx(off["tpot_s"]["mean"], rel=1e-12)
