@@ -112,3 +112,13 @@ def test_bad_rules_are_one_line_errors(params, needle):
 def test_static_policy_logs_its_reason_and_keeps_the_fast_path():
     res = run_scenario(_sc(), trace=_trace([("code", 20, 0.0, 2.0, 100, 50)]))
     assert set(res.iterations.policy_reason) == {"static k=4"}
+
+
+def test_static_speculation_speedup_falls_with_load_at_short_context():
+    speedups = []
+    for rate in (2.0, 40.0, 120.0):
+        tr = _trace([("code", 300, 0.0, rate, 300, 150)], seed=3)
+        off = run_scenario(_sc(k=0), trace=tr).metrics["tpot_s"]["mean"]
+        on = run_scenario(_sc(k=4), trace=tr).metrics["tpot_s"]["mean"]
+        speedups.append(off / on)
+    assert speedups[0] > speedups[1] > speedups[2], speedups

@@ -128,7 +128,10 @@ class Worker:
         self.ledger, self.metrics = ledger, metrics
         self.policy = policy.bind(self)  # adaptive policies keep per-worker state
         self.adaptive = self.policy.fixed_k is None
-        self.multi_step = multi_step and policy.fixed_k is not None
+        # multi-step plans need draft lengths known ahead: a fixed k, and a lookup whose
+        # chance of a match does not change as the request grows
+        self.multi_step = (multi_step and policy.fixed_k is not None
+                           and not getattr(drafter, "state_dependent_match", False))
         self.record = record_iterations
         self.on_finish = on_finish
         self.arrival_hint = arrival_hint  # when a request may next arrive here (speed only)

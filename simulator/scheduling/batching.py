@@ -72,7 +72,7 @@ class FcfsScheduler(BatchScheduler):
             k = np.minimum(k, np.maximum(t.output[dec] - t.generated[dec] - 1, 0))
             if not drafter.proposes_always and len(dec):
                 u = rng.uniform(t.match_key[dec], t.steps[dec].astype(np.uint64))
-                k = np.where(u <= drafter.match_rate, k, 0)
+                k = np.where(u <= drafter.match_probability(dec, t), k, 0)
             width = drafter.verify_width(k)
             dec_tokens = int(width.sum())
             shrunk = False

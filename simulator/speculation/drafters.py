@@ -33,6 +33,11 @@ class Drafter:
     prefills = False
     match_rate = 1.0
 
+    def match_probability(self, rows: np.ndarray, table) -> float | np.ndarray:
+        """The chance each row's lookup finds a draft this step (``match_rate`` unless a
+        drafter's depends on the request, which then declares ``state_dependent_match``)."""
+        return self.match_rate
+
     @staticmethod
     def verify_width(k):
         """Tokens the target verifies for a draft of length k: k + 1 for a chain (a tree
