@@ -365,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_trace_commands(sub)
     _add_acceptance_commands(sub)
+    from specsim.simulator.planning.plan_cli import add_plan_command
+
+    add_plan_command(sub)
     add_calibrate_command(sub, simulate_runs=_simulate_runs)  # imports torch only when run
     return p
 

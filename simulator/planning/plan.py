@@ -1,0 +1,219 @@
+"""Capacity planning: the cheapest fleet that meets the SLOs at a load.
+
+For each configuration of the search space (hardware kind, TP, drafter, k or policy,
+quantization, ...: any scenario keys), find the largest load one replica (one worker:
+``tensor_parallel`` devices) sustains within the SLOs, by bisection on its arrival rate,
+then size the fleet: replicas = ceil(target QPS / that rate), and price it at the load each
+replica then sees. A point is overloaded, and fails at once, when requests are still
+unfinished well after the last arrival (the queue only grows): the run stops at a horizon
+instead of simulating it token by token.
+
+Rules:
+1. Only the rate changes inside a bisection; everything else is the configuration's.
+2. A configuration that cannot be built (weights do not fit, an unknown name) or that fails
+   the SLOs even at the lowest rate tried is rejected with the reason (which SLO, at what
+   load).
+3. Ranking: feasible configurations by $/hour of the sized fleet, then $/million tokens.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from specsim.errors import ScenarioError
+
+#: --slo names -> (metrics key, statistic)
+SLO_KEYS = {"ttft_p50": ("ttft_s", "p50"), "ttft_p90": ("ttft_s", "p90"),
+            "ttft_p99": ("ttft_s", "p99"), "ttft_mean": ("ttft_s", "mean"),
+            "tpot_p50": ("tpot_s", "p50"), "tpot_p90": ("tpot_s", "p90"),
+            "tpot_p99": ("tpot_s", "p99"), "tpot_mean": ("tpot_s", "mean"),
+            "e2e_p50": ("e2e_s", "p50"), "e2e_p99": ("e2e_s", "p99")}
+RATE_KEY = "workload.synthetic.arrival.rate"
+REQUESTS_KEY = "workload.synthetic.requests"
+
+
+@dataclass
+class Probe:
+    """One simulated load of one replica."""
+
+    rate: float
+    ok: bool
+    why: str  # the first SLO missed, or "overloaded", or "" when ok
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PlanRow:
+    config: dict[str, Any]
+    feasible: bool
+    why: str = ""
+    replica_rate: float | None = None  # largest rate one replica sustains within the SLOs
+    replicas: int | None = None
+    devices: int | None = None
+    usd_per_hour: float | None = None
+    usd_per_million_tokens: float | None = None
+    j_per_token: float | None = None
+    margins: dict[str, float] = field(default_factory=dict)  # SLO / measured at the operating load
+    probes: int = 0
+
+
+def parse_slos(items: list[str]) -> dict[str, float]:
+    """``ttft_p99=0.5`` -> {"ttft_p99": 0.5}; one-line errors for anything else."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in SLO_KEYS:
+            raise ScenarioError(f"--slo {item}: expected NAME=SECONDS with NAME one of "
+                                f"{', '.join(SLO_KEYS)}")
+        try:
+            v = float(value)
+        except ValueError:
+            raise ScenarioError(f"--slo {item}: expected a number of seconds, got "
+                                f"{value!r}") from None
+        if not v > 0 or not math.isfinite(v):
+            raise ScenarioError(f"--slo {item}: expected a positive number of seconds")
+        out[name] = v
+    if not out:
+        raise ScenarioError("--slo: give at least one, e.g. --slo tpot_p99=0.05")
+    return out
+
+
+def space_points(space: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """The cross product of the space's keys (a key with one value is fixed)."""
+    if not isinstance(space, dict):
+        raise ScenarioError("--space: expected a mapping of scenario keys to lists of values")
+    keys = list(space)
+    values = []
+    for k in keys:
+        v = space[k]
+        if not isinstance(v, list) or not v:
+            raise ScenarioError(f"--space {k}: expected a non-empty list of values, got {v!r}")
+        values.append(v)
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def _check(metrics: dict[str, Any], slos: dict[str, float]) -> tuple[bool, str]:
+    if metrics["requests_in_flight"] > 0:
+        return False, "overloaded (requests still queued well after the last arrival)"
+    for name, limit in slos.items():
+        key, stat = SLO_KEYS[name]
+        got = metrics[key][stat]
+        if got is None or not math.isfinite(got) or got > limit:
+            return False, f"{name} {got:.4g} s > {limit:g} s"
+    return True, ""
+
+
+class Planner:
+    """Bisection on one replica's rate per configuration, then fleet sizing."""
+
+    def __init__(self, scenario: dict[str, Any], slos: dict[str, float], qps: float,
+                 requests: int = 300, rel_tol: float = 0.1, seed: int | None = None,
+                 duration_s: float = 30.0) -> None:
+        self.base, self.slos, self.qps = scenario, slos, qps
+        self.requests, self.rel_tol, self.seed = requests, rel_tol, seed
+        self.duration_s = duration_s  # of arrivals per probe, at least: a steady state, not
+        # a burst that drains before a queue can build
+
+    def probe(self, config: dict[str, Any], rate: float) -> Probe:
+        from specsim.simulator.cluster.engine import run_scenario
+
+        n = max(self.requests, math.ceil(rate * self.duration_s))
+        over = {**config, RATE_KEY: rate, REQUESTS_KEY: n,
+                "hardware.count": config.get("hardware.tensor_parallel", 1),
+                "simulation.horizon_s": 1.5 * n / rate + 30.0,
+                "simulation.record_iterations": False, "simulation.progress": False}
+        m = run_scenario(self.base, overrides=over, seed=self.seed).metrics
+        ok, why = _check(m, self.slos)
+        return Probe(rate, ok, why, m)
+
+    def plan_one(self, config: dict[str, Any]) -> PlanRow:
+        row = PlanRow(dict(config), False)
+        from specsim.simulator.cluster.engine import USER_ERRORS
+
+        try:
+            lo_probe = self.probe(config, self.qps / 64.0)
+        except USER_ERRORS as exc:  # rule 2: it cannot be built
+            msg = str(exc)
+            base = str(self.base)
+            row.why = msg[len(base) + 2:] if msg.startswith(base + ": ") else msg
+            return row
+        row.probes = 1
+        if not lo_probe.ok:
+            row.why = f"{lo_probe.why} even at {lo_probe.rate:.3g} req/s per replica"
+            return row
+        best = lo_probe
+        hi = lo_probe.rate * 2
+        # grow until it fails (or one replica carries the whole load)
+        while True:
+            p = self.probe(config, min(hi, self.qps))
+            row.probes += 1
+            if not p.ok:
+                break
+            best = p
+            if p.rate >= self.qps:
+                break
+            hi = p.rate * 2
+        bad = None if best.rate >= self.qps else p.rate
+        while bad is not None and bad / best.rate > 1 + self.rel_tol:
+            mid = math.sqrt(best.rate * bad)
+            p = self.probe(config, mid)
+            row.probes += 1
+            if p.ok:
+                best = p
+            else:
+                bad = mid
+        replicas = max(math.ceil(self.qps / best.rate - 1e-9), 1)
+        at = self.probe(config, self.qps / replicas)  # the operating point
+        row.probes += 1
+        m = at.metrics
+        row.feasible = at.ok
+        row.why = "" if at.ok else f"at the sized load: {at.why}"
+        row.replica_rate = best.rate
+        row.replicas = replicas
+        tp = int(config.get("hardware.tensor_parallel", 1))
+        row.devices = replicas * tp
+        price = m["fleet"]["price_usd_per_device_hour"]
+        row.usd_per_hour = row.devices * price
+        tok_s = m["throughput_output_tokens_per_s"] * replicas
+        row.usd_per_million_tokens = row.usd_per_hour / 3600.0 / tok_s * 1e6 if tok_s else None
+        row.j_per_token = m["energy_j_per_output_token"]
+        for name, limit in self.slos.items():
+            key, stat = SLO_KEYS[name]
+            got = m[key][stat]
+            row.margins[name] = limit / got if got else float("inf")
+        return row
+
+    def run(self, configs: list[dict[str, Any]], progress=None) -> list[PlanRow]:
+        rows = []
+        for i, c in enumerate(configs):
+            rows.append(self.plan_one(c))
+            if progress is not None:
+                progress(i + 1, len(configs))
+        return rank(rows)
+
+
+def rank(rows: list[PlanRow]) -> list[PlanRow]:
+    """Rule 3: feasible first, by $/hour then $/million tokens; rejected after, as given."""
+    ok = sorted((r for r in rows if r.feasible),
+                key=lambda r: (r.usd_per_hour, r.usd_per_million_tokens or math.inf))
+    return ok + [r for r in rows if not r.feasible]
+
+
+def rows_frame(rows: list[PlanRow]):
+    """A tidy table: one row per configuration."""
+    import pandas as pd
+
+    recs = []
+    for i, r in enumerate(rows):
+        rec = {"rank": i + 1 if r.feasible else None, **r.config, "feasible": r.feasible,
+               "replicas": r.replicas, "devices": r.devices,
+               "replica_rate_req_s": r.replica_rate, "usd_per_hour": r.usd_per_hour,
+               "usd_per_million_tokens": r.usd_per_million_tokens,
+               "j_per_token": r.j_per_token, "probes": r.probes, "why_rejected": r.why}
+        rec.update({f"margin_{k}": v for k, v in r.margins.items()})
+        recs.append(rec)
+    return pd.DataFrame(recs)

@@ -1,0 +1,111 @@
+"""``specsim plan``: the command-line face of ``planning.plan`` (imports stay lazy)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_plan_command(sub) -> None:
+    p = sub.add_parser(
+        "plan", help="cheapest fleet that meets SLOs at a load",
+        description="For each configuration of the search space, find by bisection the "
+                    "largest load one replica sustains within the SLOs, size the fleet for "
+                    "--qps, and rank the feasible configurations by $/hour; rejected ones "
+                    "say which SLO failed at what load.")
+    p.add_argument("scenario", help="base scenario YAML (its workload must be synthetic)")
+    p.add_argument("--slo", action="append", default=[], metavar="NAME=SECONDS",
+                   help="ttft_p99=0.5, tpot_p99=0.05, e2e_p99=..., ... (repeatable)")
+    p.add_argument("--qps", type=float, required=True, help="target load, requests per second")
+    p.add_argument("--space", metavar="FILE",
+                   help="YAML mapping of scenario keys to lists of values (crossed), e.g. "
+                        "{hardware.accelerator: [H100-SXM, A100-SXM-80GB], speculation.k: "
+                        "[0, 2, 4]}; default: the scenario as it is")
+    p.add_argument("--requests", type=int, default=300,
+                   help="requests simulated per probe (default 300)")
+    p.add_argument("--duration", type=float, default=30.0,
+                   help="seconds of arrivals per probe, at least (default 30: a steady state)")
+    p.add_argument("--tolerance", type=float, default=0.1,
+                   help="bisection stops when the bracket is within this ratio (default 0.1)")
+    p.add_argument("--out", help="folder for plan.csv (new, or one holding only plan.csv)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    import math
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from specsim.errors import ScenarioError
+    from specsim.simulator.cluster.engine import load_scenario
+    from specsim.simulator.planning.plan import (
+        RATE_KEY,
+        Planner,
+        parse_slos,
+        rows_frame,
+        space_points,
+    )
+    from specsim.yamlio import load as load_yaml
+
+    slos = parse_slos(args.slo)
+    if not args.qps > 0 or not math.isfinite(args.qps):
+        raise ScenarioError("--qps: expected a positive number of requests per second")
+    if args.requests < 20:
+        raise ScenarioError("--requests: expected at least 20 (percentiles need requests)")
+    sc, _, _ = load_scenario(args.scenario)
+    wl = sc["workload"]
+    if not (isinstance(wl, dict) or hasattr(wl, "get")) or not wl.get("synthetic"):
+        raise ScenarioError(f"{args.scenario}: workload: plan needs a synthetic workload (its "
+                            f"{RATE_KEY} is what the bisection moves)")
+    space = {}
+    if args.space:
+        try:
+            space = load_yaml(Path(args.space).read_text()) or {}
+        except OSError as exc:
+            raise ScenarioError(f"--space {args.space}: cannot be read "
+                                f"({exc.strerror or exc})") from None
+    configs = space_points(space) if space else [{}]
+    out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and (not out.is_dir() or {
+            p.name for p in out.iterdir()} - {"plan.csv"}):
+        raise ScenarioError(f"--out {out}: exists and holds other files; give a new folder")
+    if not args.duration > 0:
+        raise ScenarioError("--duration: expected a positive number of seconds")
+    planner = Planner(args.scenario, slos, args.qps, requests=args.requests,
+                      rel_tol=args.tolerance, duration_s=args.duration)
+    console = Console(width=max(Console().width, 160))
+    if not args.quiet:
+        console.print(f"planning {len(configs)} configuration(s) for {args.qps:g} req/s under "
+                      + ", ".join(f"{k} <= {v:g} s" for k, v in slos.items()))
+
+    def progress(i: int, n: int) -> None:
+        if not args.quiet:
+            console.print(f"  {i}/{n} configurations done")
+
+    rows = planner.run(configs, progress)
+    df = rows_frame(rows)
+    tab = Table(title=f"fleets for {args.qps:g} req/s, cheapest first")
+    keys = list(configs[0])
+    for col in ["rank", *keys, "replicas", "devices", "req/s per replica", "$/hour",
+                "$/M tokens", "J/token", "SLO margins", "why rejected"]:
+        tab.add_column(col, overflow="fold")
+    for r in rows:
+        tab.add_row(str(rows.index(r) + 1) if r.feasible else "-",
+                    *[str(r.config.get(k)) for k in keys],
+                    str(r.replicas or "-"), str(r.devices or "-"),
+                    f"{r.replica_rate:.3g}" if r.replica_rate else "-",
+                    f"{r.usd_per_hour:,.2f}" if r.usd_per_hour is not None else "-",
+                    f"{r.usd_per_million_tokens:,.3f}" if r.usd_per_million_tokens else "-",
+                    f"{r.j_per_token:.3g}" if r.j_per_token else "-",
+                    ", ".join(f"{k} {v:.2f}x" for k, v in r.margins.items()) or "-",
+                    r.why or "")
+    console.print(tab)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = out / ".plan.csv.tmp"
+        df.to_csv(tmp, index=False)
+        tmp.replace(out / "plan.csv")
+        console.print(f"wrote {out / 'plan.csv'}")
+    return 0
