@@ -55,7 +55,13 @@ def compare(spec_metrics: dict[str, Any], spec_requests: pd.DataFrame,
         s, b = spec_metrics.get(key), base_metrics.get(key)
         run[key] = {"speculative": s, "baseline": b,
                     "ratio": (_ratio(s, b) if better == "higher" else _ratio(b, s))}
+    for key in ("busy_fraction", "simulated_time_s", "output_tokens"):
+        run[key] = {"speculative": spec_metrics.get(key), "baseline": base_metrics.get(key)}
+    fleet = {k: (spec_metrics.get("fleet") or {}).get(k)
+             for k in ("devices", "price_usd_per_device_hour", "price_date")}
+    run["average_power_w"] = {"speculative": (spec_metrics.get("fleet") or {}).get(
+        "average_power_w"), "baseline": (base_metrics.get("fleet") or {}).get("average_power_w")}
     return {"scenario_change": "speculation.method=none (same trace and seed)",
-            "per_class": per_class, "run": run,
+            "per_class": per_class, "run": run, "fleet": fleet,
             "note": "ratios are baseline / speculative for times, energy and cost and "
                     "speculative / baseline for throughput: above 1 means speculation helped"}

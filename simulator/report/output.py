@@ -29,7 +29,9 @@ from specsim.traces.files import pid_alive
 MARKER = ".specsim-output"
 _TEMP = re.compile(r"^\..*\.specsim-(?:tmp|old)-(\d+)-[0-9a-f]{8}$")
 # what specsim writes into an output folder; nothing else is ever replaced
-_OURS = re.compile(r"^(?:metrics\.json|requests\.csv|iterations\.csv|report\.md|replay\.(?:csv|json)"
+_OURS = re.compile(r"^(?:metrics\.json|scenario\.json|requests\.csv|iterations\.csv"
+                   r"|report\.(?:md|html)"
+                   r"|replay\.(?:csv|json)"
                    r"|[\w.-]+\.png)$")
 
 
@@ -38,6 +40,12 @@ def metrics_json(result: Result, include_wall_time: bool = True) -> str:
     if not include_wall_time:
         m.pop("wall_time_s", None)
     return json.dumps(finite_or_none(m), indent=2, sort_keys=False) + "\n"
+
+
+def scenario_json(result: Result) -> str:
+    """The scenario as it ran (every default filled in): what ``specsim report`` and anyone
+    reproducing the run read."""
+    return json.dumps(finite_or_none(result.scenario), indent=2, default=str) + "\n"
 
 
 def _stale(entry: Path) -> bool:
@@ -169,6 +177,7 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
                             f"({exc.strerror or exc})") from None
     try:
         (tmp / "metrics.json").write_text(metrics_json(result))
+        (tmp / "scenario.json").write_text(scenario_json(result))
         result.requests.to_csv(tmp / "requests.csv", index=False, float_format="%.9g")
         result.iterations.to_csv(tmp / "iterations.csv", index=False, float_format="%.9g")
         if report:

@@ -784,6 +784,78 @@ PLOTS: tuple[tuple[str, str, str, Callable[[_View, Path], _Outcome]], ...] = (
 )
 
 
+def _baseline_section(v: _View) -> str | None:
+    """Speculation against the same run without it (``specsim run --baseline``): per-class
+    speedups and the two product tables (daily cost and energy for the same daily output)."""
+    b = v.m.get("baseline")
+    if not b:
+        return None
+    rows = []
+    for cls, r in b["per_class"].items():
+        sp, ba = r["speculative"], r["baseline"]
+
+        def pair(key: str, scale: float = 1e3, r=r, sp=sp, ba=ba) -> str:
+            x = r.get(key.replace("_s", "_speedup"))
+            return (f"{_num(ba.get(key), scale)} -> {_num(sp.get(key), scale)} "
+                    f"({_num(x)}x)" if x else "n/a")
+
+        rows.append([cls, str(sp.get("requests")), pair("tpot_s"), pair("e2e_s", 1.0),
+                     pair("ttft_s")])
+    out = [_md_table(["class", "requests", "TPOT ms: none -> spec", "E2E s: none -> spec",
+                      "TTFT ms: none -> spec"], rows, "lrrrr"), "",
+           "Speedup = baseline / speculative (above 1: speculation helped). Baseline: the same "
+           "trace and seed with `speculation.method: none`."]
+    run, fleet = b["run"], b.get("fleet") or {}
+    devices = fleet.get("devices") or 0
+    price = fleet.get("price_usd_per_device_hour")
+    date = fleet.get("price_date") or "undated"
+
+    def cap(side: str) -> float | None:
+        tput = run["throughput_output_tokens_per_s"][side]
+        busy = run["busy_fraction"][side]
+        if not (_finite(tput) and _finite(busy) and busy > 0 and devices):
+            return None
+        return tput / (busy * devices)  # output tokens per busy device-second
+
+    c_spec, c_base = cap("speculative"), cap("baseline")
+    tput = run["throughput_output_tokens_per_s"]["speculative"]
+    if c_spec and c_base and _finite(price) and _finite(tput):
+        volume = tput * 86400.0  # the run's daily output volume
+        native = volume / c_base / 3600.0 * price
+        gain = c_spec / c_base
+        spec_cost = native / gain
+        out += ["", "**Daily cost for the same daily output volume** "
+                f"({_num(volume / 1e6)} M output tokens/day, this run's rate):", "",
+                _md_table(["", "native", "speculative"], [
+                    ["output tokens per busy device-second, this load", _num(c_base),
+                     _num(c_spec)],
+                    ["net throughput gain", "1.00x", f"{_num(gain)}x"],
+                    ["daily cost (USD)", _num(native), _num(spec_cost)],
+                    ["saving", "", _pct(1 - 1 / gain) if gain else "n/a"]], "lrr"), "",
+                f"Effective daily cost = native daily cost / net throughput gain; a fleet "
+                f"sized to keep its devices as busy as in the run; price {_num(price)} "
+                f"USD/device-hour ({date}). At light load a GPU steps whenever any request is "
+                "in flight, so busy time understates what speculation frees: the capacity "
+                "gain under SLOs is what `specsim plan` measures (largest sustainable load "
+                "per replica, with and without speculation)."]
+    e = run["energy_j_per_output_token"]
+    if _finite(e.get("speculative")) and _finite(e.get("baseline")) and _finite(tput):
+        volume = tput * 86400.0
+        p = run.get("average_power_w") or {}
+        out += ["", "**Energy for the same daily output volume:**", "",
+                _md_table(["", "native", "speculative"], [
+                    ["energy per output token (J)", _num(e["baseline"]),
+                     _num(e["speculative"])],
+                    ["energy per day (kWh)", _num(e["baseline"] * volume / 3.6e6),
+                     _num(e["speculative"] * volume / 3.6e6)],
+                    ["average fleet power in the run (W)", _num(p.get("baseline")),
+                     _num(p.get("speculative"))]], "lrr"), "",
+                "Energy per token includes idle devices over the run (device power from the "
+                "catalog or the scenario, linear in utilisation; the draft phase at its own "
+                "utilisation)."]
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------------------- entry point
 def write_report(result: Any, out_dir: Path) -> None:
     """Write ``report.md`` and its PNGs (relative links) into ``out_dir``."""
@@ -804,6 +876,9 @@ def write_report(result: Any, out_dir: Path) -> None:
     if ctab:
         parts += ["## Per workload class", "", ctab, ""]
     parts += ["## Cost and energy", "", _cost_section(v), ""]
+    base = _baseline_section(v)
+    if base:
+        parts += ["## Speculation against none (`--baseline`)", "", base, ""]
     notes = list(dict.fromkeys([*(m.get("notes") or []), *(getattr(result, "notes", None) or [])]))
     parts += ["## Notes", ""]
     parts += [f"- {n}" for n in notes] if notes else ["None."]
@@ -820,4 +895,8 @@ def write_report(result: Any, out_dir: Path) -> None:
         else:
             (out_dir / fname).unlink(missing_ok=True)
             parts += [f"_Not plotted: {skipped}._", ""]
-    (out_dir / "report.md").write_text("\n".join(parts).rstrip() + "\n")
+    text = "\n".join(parts).rstrip() + "\n"
+    (out_dir / "report.md").write_text(text)
+    from specsim.simulator.report.html import markdown_to_html
+
+    (out_dir / "report.html").write_text(markdown_to_html(text, out_dir, f"specsim: {name}"))
