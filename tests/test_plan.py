@@ -71,3 +71,26 @@ def test_cli_plan_writes_a_ranked_table(tmp_path, capsys):
     assert df["feasible"].all() and df["rank"].tolist() == [1, 2]
     assert main(["plan", CHAT, "--slo", "tpot=1", "--qps", "20"]) == 2
     assert "expected NAME=SECONDS" in capsys.readouterr().err
+
+
+def test_the_planned_fleet_meets_the_slos_as_a_plain_scenario_and_one_replica_less_does_not():
+    from specsim.simulator.cluster.engine import run_scenario
+    from specsim.simulator.planning.plan import RATE_KEY, REQUESTS_KEY, _check
+
+    probe = Planner(CHAT, SLOS, qps=1000.0, requests=80, rel_tol=0.1, duration_s=20.0)
+    first = probe.plan_one({"speculation.method": "none"})
+    qps = 1.8 * first.replica_rate  # two replicas needed, one is well past the failing rate
+    assert qps >= first.fail_rate
+    row = Planner(CHAT, SLOS, qps=qps, requests=80, rel_tol=0.1,
+                  duration_s=20.0).plan_one({"speculation.method": "none"})
+    assert row.feasible and row.replicas == 2
+
+    def fleet(replicas: int) -> dict:
+        n = int(qps * 20.0)
+        return run_scenario(CHAT, overrides={
+            "speculation.method": "none", "hardware.count": replicas, RATE_KEY: qps,
+            REQUESTS_KEY: n, "simulation.horizon_s": 1.5 * n / qps + 30.0,
+            "simulation.record_iterations": False, "simulation.progress": False}).metrics
+
+    assert _check(fleet(2), SLOS)[0]
+    assert not _check(fleet(1), SLOS)[0]

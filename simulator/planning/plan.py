@@ -51,6 +51,7 @@ class PlanRow:
     feasible: bool
     why: str = ""
     replica_rate: float | None = None  # largest rate one replica sustains within the SLOs
+    fail_rate: float | None = None  # the lowest rate found to fail (None: never failed)
     replicas: int | None = None
     devices: int | None = None
     usd_per_hour: float | None = None
@@ -166,6 +167,7 @@ class Planner:
                 best = p
             else:
                 bad = mid
+        row.fail_rate = bad
         replicas = max(math.ceil(self.qps / best.rate - 1e-9), 1)
         at = self.probe(config, self.qps / replicas)  # the operating point
         row.probes += 1
