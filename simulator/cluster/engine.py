@@ -43,8 +43,9 @@ from specsim.simulator.metrics.collector import tpot as metrics_tpot
 from specsim.simulator.registry import BATCH_SCHEDULERS, EVICTION
 from specsim.simulator.routing.routers import RequestFeatures, make_router
 from specsim.simulator.scenario import config as cfg
-from specsim.simulator.scenario.schema import Scenario
+from specsim.simulator.scenario.schema import SPEC_METHODS, Scenario
 from specsim.simulator.scheduling.batching import FcfsScheduler  # noqa: F401  (registers "fcfs")
+from specsim.simulator.speculation import engine_config
 from specsim.simulator.speculation.acceptance import build_acceptance
 from specsim.simulator.speculation.drafters import (
     DraftContext,
@@ -100,6 +101,9 @@ class Deployment:
                               f"layers priced at its {self.target.linear_dtype} peak")
         # --- speculation
         self.method = spec["method"]
+        engine_note = engine_config.note(spec, SPEC_METHODS)  # given as vLLM / SGLang flags
+        if engine_note is not None:
+            self.notes.append(engine_note)
         self.drafter, drafter_model = self._drafter(spec)
         self.controller = make_policy(spec["policy"], self.method, spec["k"], PolicyContext(
             spec["k"], dict(spec["policy_params"] or {}),
@@ -298,6 +302,8 @@ class Simulation:
             t.cls_idx, t.alpha_scale = self.acceptance.request_scale(ids, t.workload_class,
                                                                      t.temperature)
             self.alpha_table = self.acceptance.survival_table()
+            # a drafter's proposals may meet the target differently from the chain (a tree)
+            self.alpha_table = self.drafter.transform_acceptance(self.alpha_table)
         else:
             self.alpha_table = np.zeros((1, 64))
 

@@ -16,7 +16,14 @@ import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from specsim import messages
 from specsim.errors import ScenarioError
@@ -28,12 +35,16 @@ from specsim.simulator.registry import (
     SPECULATION_POLICIES,
     Registry,
 )
+from specsim.simulator.speculation import engine_config
 
 # Integer keys without their own upper bound stop here: beyond 2**53 a YAML float such as
 # 1e18 no longer holds an exact integer, and numpy's int64 arithmetic would overflow.
 INT_HI = 2**53
 MAX_DEVICES = 1_000_000  # a sanity bound on hardware.count (the memory check comes later)
-SPEC_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "pard", "dflash")
+SPEC_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "pard", "dflash", "medusa")
+#: methods that may draft a tree (speculation.tree): EAGLE heads, MTP modules, Medusa heads
+TREE_METHODS = ("eagle3", "mtp", "medusa")
+MAX_TREE_NODES = 4096  # nodes per depth at most (a sanity bound; SGLang trees are < 100)
 
 
 def show(value: Any, limit: int = 60) -> str:
@@ -233,6 +244,97 @@ class Ngram(Section):
         20e-6, description="assumed default (a compiled lookup); measure yours")
 
 
+def _widths_in(value: Any) -> Any:
+    """``tree.widths``: a non-empty list of positive integers, one per depth."""
+    if value is None:
+        return None
+    what = "a non-empty list of positive integers (tree nodes per depth)"
+    if not isinstance(value, list | tuple) or not value:
+        raise fail(f"expected {what}, got {show(value)}")
+    if len(value) > 64:
+        raise fail(f"expected at most 64 depths (speculation.k is at most 64), got {len(value)}")
+    out = []
+    for w in value:
+        ok = (not isinstance(w, bool) and isinstance(w, int | float)
+              and (isinstance(w, int) or (math.isfinite(w) and w.is_integer())))
+        if not ok or w < 1:
+            raise fail(f"expected {what}, got {show(w)} in {show(value)}")
+        if w > MAX_TREE_NODES:
+            raise fail(f"expected at most {MAX_TREE_NODES} nodes per depth, got {show(w)}")
+        out.append(int(w))
+    return out
+
+
+_widths_in.kind = "list"
+OptWidths = Annotated[list[int] | None, BeforeValidator(_widths_in)]
+
+
+class Tree(Section):
+    """``speculation.tree``: a static draft tree, as nodes per depth or SGLang's three flags.
+
+    ``widths: [4, 2, 2, 1]``: nodes at depths 1..4 (the verify width is their sum + 1, the
+    draft depth 4). SGLang form (docs/advanced_features/speculative_decoding.md):
+    ``num_steps`` = --speculative-num-steps (depth of autoregressive drafting), ``topk`` =
+    --speculative-eagle-topk (branching factor per step), ``num_draft_tokens`` =
+    --speculative-num-draft-tokens (tokens verified per sequence, the root included: at most
+    1 + topk + (num_steps - 1) x topk^2, the candidates SGLang scores; num_steps + 1 for
+    topk 1, SGLang's own rule). How the nodes spread over depths: see
+    ``drafters.tree_from_sglang``.
+    """
+
+    widths: OptWidths = Field(None, description="tree nodes per depth, e.g. [4, 2, 2, 1]")
+    topk: OptInt(1, 64) = Field(None, description="SGLang --speculative-eagle-topk")
+    num_steps: OptInt(1, 64) = Field(None, description="SGLang --speculative-num-steps")
+    num_draft_tokens: OptInt(2, 64 * MAX_TREE_NODES + 1) = Field(
+        None, description="SGLang --speculative-num-draft-tokens (the root included)")
+
+    @model_validator(mode="after")
+    def _form(self) -> Tree:
+        sglang = [k for k in ("topk", "num_steps", "num_draft_tokens") if self[k] is not None]
+        if self.widths is not None:
+            if sglang:
+                raise fail_key(sglang[0], "give widths or SGLang's topk / num_steps / "
+                                          "num_draft_tokens, not both")
+            return self
+        if not sglang:
+            raise fail("expected widths: [nodes per depth] or topk and num_steps (SGLang's "
+                       "form), got neither")
+        if self.topk is None:
+            raise fail_key("topk", "required with num_steps (SGLang --speculative-eagle-topk)")
+        if self.num_steps is None:
+            raise fail_key("num_steps", "required with topk (SGLang --speculative-num-steps)")
+        n, k, s = self.num_draft_tokens, self.topk, self.num_steps
+        if n is None:
+            if k > 1:
+                raise fail_key("num_draft_tokens", "required when topk > 1 (SGLang "
+                               "--speculative-num-draft-tokens: tokens verified per sequence)")
+            return self
+        cap = 1 + k + (s - 1) * k * k
+        if n > cap:
+            raise fail_key("num_draft_tokens", f"expected at most {cap} (the root + topk + "
+                           f"(num_steps - 1) x topk^2 candidates {s} steps of top-{k} "
+                           f"propose), got {n}")
+        if n < s + 1:
+            raise fail_key("num_draft_tokens", f"expected at least num_steps + 1 = {s + 1} (a "
+                           f"path through all {s} drafted depths plus the root), got {n}")
+        return self
+
+    @property
+    def depth(self) -> int:
+        return len(self.widths) if self.widths is not None else int(self.num_steps)
+
+
+def _optional_section(cls: type[Section]):
+    """A nested section that may be absent (null): None, or a mapping validated as ``cls``."""
+
+    def check(value: Any) -> Any:
+        if value is None or isinstance(value, dict | Section):
+            return value
+        raise fail(f"expected a mapping, got {show(value)}")
+
+    return Annotated[cls | None, BeforeValidator(check), Field(default=None)]
+
+
 class _Speculation(Section):
     """Keys every speculation method shares."""
 
@@ -245,6 +347,10 @@ class _Speculation(Section):
     draft_cost: _section(DraftCost)
     acceptance: OptMapping = Field(None, description="profile name, alpha, tau at k, ...")
     overlap_draft: Bool = False
+    # the engine's own form, mapped onto the keys above before validation and kept as a record
+    vllm_speculative_config: OptMapping = Field(
+        None, description="vLLM --speculative-config (a mapping or its JSON string)")
+    sglang: OptMapping = Field(None, description="SGLang --speculative-* server arguments")
 
 
 class NoSpeculation(_Speculation):
@@ -253,18 +359,44 @@ class NoSpeculation(_Speculation):
 
     method: Literal["none"] = "none"
     ngram: _section(Ngram)
+    tree: _optional_section(Tree)
+
+
+class _TreeSpeculation(_Speculation):
+    """A method that may draft a tree: ``speculation.tree`` sets the draft depth, so k must be
+    that depth (or left out, and it is set to it)."""
+
+    tree: _optional_section(Tree)
+
+    @model_validator(mode="after")
+    def _k_is_depth(self) -> _TreeSpeculation:
+        if self.tree is None:
+            return self
+        depth = self.tree.depth
+        if "k" not in self.model_fields_set:
+            object.__setattr__(self, "k", depth)  # frozen: set once, while validating
+        elif self.k != depth:
+            raise fail_key("k", f"expected the tree's depth {depth} (speculation.tree drafts "
+                                f"{depth} tokens deep), got {self.k}")
+        return self
 
 
 class DraftModelSpeculation(_Speculation):
     method: Literal["draft_model"]
 
 
-class Eagle3Speculation(_Speculation):
+class Eagle3Speculation(_TreeSpeculation):
     method: Literal["eagle3"]
 
 
-class MtpSpeculation(_Speculation):
+class MtpSpeculation(_TreeSpeculation):
     method: Literal["mtp"]
+
+
+class MedusaSpeculation(_TreeSpeculation):
+    """``method: medusa``: k Medusa heads on the target (usually with a tree)."""
+
+    method: Literal["medusa"]
 
 
 class PardSpeculation(_Speculation):
@@ -281,7 +413,8 @@ class NgramSpeculation(_Speculation):
 
 
 SPECULATION_VARIANTS = (NoSpeculation, DraftModelSpeculation, Eagle3Speculation,
-                        MtpSpeculation, PardSpeculation, DflashSpeculation, NgramSpeculation)
+                        MtpSpeculation, PardSpeculation, DflashSpeculation, NgramSpeculation,
+                        MedusaSpeculation)
 
 
 def _speculation_in(value: Any) -> Any:
@@ -291,15 +424,22 @@ def _speculation_in(value: Any) -> Any:
         return value
     if not isinstance(value, dict):
         raise fail(f"expected a mapping, got {show(value)}")
+    try:  # vllm_speculative_config / sglang -> specsim's own keys
+        value = engine_config.resolve(value, SPEC_METHODS)
+    except engine_config.EngineConfigError as exc:
+        raise fail_key(exc.key, exc.message) from None
     method = value.get("method", "none")
     if not isinstance(method, str) or method not in SPEC_METHODS:
         raise fail_key("method", f"expected one of {', '.join(SPEC_METHODS)}, got {show(method)}")
+    if value.get("tree") is not None and method not in (*TREE_METHODS, "none"):
+        raise fail_key("tree", f"method {method} drafts a chain, not a tree (a tree is for "
+                               f"{', '.join(TREE_METHODS)})")
     return {**value, "method": method}
 
 
 Speculation = Annotated[
     NoSpeculation | DraftModelSpeculation | Eagle3Speculation | MtpSpeculation
-    | PardSpeculation | DflashSpeculation | NgramSpeculation,
+    | PardSpeculation | DflashSpeculation | NgramSpeculation | MedusaSpeculation,
     Field(discriminator="method"), BeforeValidator(_speculation_in)]
 
 
@@ -473,7 +613,12 @@ def validate(data: Any) -> Scenario:
         sc = Scenario.model_validate(data)
     except ValidationError as exc:
         raise scenario_error(exc) from None
-    return apply_engine(sc)
+    sc = apply_engine(sc)
+    try:
+        engine_config.check_draft_tp(sc.speculation, sc.hardware.tensor_parallel, SPEC_METHODS)
+    except engine_config.EngineConfigError as exc:
+        raise ScenarioError(f"speculation.{exc.key}: {exc.message}") from None
+    return sc
 
 
 def apply_engine(sc: Scenario) -> Scenario:

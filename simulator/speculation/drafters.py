@@ -17,6 +17,109 @@ from specsim.cost_models.roofline import ForwardCostModel, attention_area
 from specsim.errors import ScenarioError
 from specsim.simulator.registry import DRAFTERS
 
+MAX_DEPTH = 64  # the longest draft (speculation.k is at most 64)
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """A static draft tree: what verification, drafting and acceptance see of it.
+
+    ``nodes[j]``: tree nodes at depth j + 1 (all verified in one target pass);
+    ``candidates[j]``: of those, the ones that continue the path accepted so far, so compete
+    for acceptance at depth j + 1 (at most ``nodes[j]``); ``pass_rows[j]``: rows per sequence
+    that draft pass j + 1 runs (the nodes it expands: 1 for the root, then the previous
+    depth's nodes, or SGLang's topk beams). A chain of k is nodes = candidates = pass_rows
+    = (1,) * k.
+
+    Acceptance (``transform``), an independence assumption: with the chain's conditional
+    acceptance a_j at depth j and c_j candidates there, the target accepts depth j, given
+    it reached it, with probability 1 - (1 - a_j)^{c_j}, as if each candidate were accepted
+    independently with the chain's a_j. Candidates are drawn without replacement from the
+    drafter's distribution, so the second-best token is accepted less often than the first:
+    the formula is an upper bound, closest when a_j is small. Depths with one candidate keep
+    a_j exactly, so a tree of one node per depth gives the chain's numbers bit for bit.
+    """
+
+    nodes: tuple[int, ...]
+    candidates: tuple[int, ...]
+    pass_rows: tuple[int, ...]
+    how: str = ""
+
+    def __post_init__(self) -> None:
+        n = np.zeros(MAX_DEPTH + 1, np.int64)
+        d = self.depth
+        n[1:d + 1] = self.nodes
+        n[d + 1:] = 1  # beyond the tree (never used: k is the tree's depth): a chain
+        object.__setattr__(self, "widths", 1 + np.cumsum(n))  # verify width at depth 0..64
+
+    @property
+    def depth(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def size(self) -> int:
+        """Verified tokens at full depth: the nodes plus the root."""
+        return 1 + sum(self.nodes)
+
+    def transform(self, table: np.ndarray) -> np.ndarray:
+        """Per-depth acceptance of the tree from the chain's conditional table (see above)."""
+        out = np.array(table, dtype=np.float64, copy=True)
+        d = min(self.depth, out.shape[-1])
+        c = np.asarray(self.candidates[:d], dtype=np.float64)
+        a = out[..., :d]
+        out[..., :d] = np.where(c > 1, 1.0 - (1.0 - a) ** c, a)
+        return out
+
+    def describe(self) -> str:
+        return (f"tree {self.how}: {self.size} verified tokens, nodes per depth "
+                f"{list(self.nodes)}, candidates per depth {list(self.candidates)}")
+
+
+def tree_from_widths(widths) -> DraftTree:
+    """``speculation.tree.widths``: nodes per depth. Assumed: every node at depth j is a
+    child of the path's node at depth j - 1 (all compete for acceptance), and draft pass j
+    expands the previous depth's nodes."""
+    w = tuple(int(x) for x in widths)
+    return DraftTree(w, w, (1, *w[:-1]), how=f"widths {list(w)}")
+
+
+def tree_from_sglang(topk: int, num_steps: int, num_draft_tokens: int | None) -> DraftTree:
+    """SGLang's ``--speculative-eagle-topk`` (branching factor per step),
+    ``--speculative-num-steps`` (depth of autoregressive drafting) and
+    ``--speculative-num-draft-tokens`` (tokens verified per sequence, the root included, so
+    num_steps + 1 for a chain; SGLang sets it so when topk is 1), as SGLang's docs
+    (docs/advanced_features/speculative_decoding.md) define them.
+
+    Drafting: num_steps sequential head passes, the first over the root, the others over the
+    topk beams each step keeps. The tree: SGLang keeps the num_draft_tokens - 1 best-scored
+    nodes of the candidate pool (topk at depth 1, topk x topk at each later depth). Which
+    depths they fall in depends on the drafter's probabilities; assumed here: the greedy
+    chain through all num_steps depths first (the most likely path scores highest), then
+    the rest shallow-first up to each depth's pool; at most topk of a depth's nodes are
+    children of the path's node (candidates), the others hang off other branches (verified
+    and paid for, never on the accepted path).
+    """
+    n = num_steps + 1 if num_draft_tokens is None else num_draft_tokens
+    nodes = [1] * num_steps
+    rest = n - 1 - num_steps
+    for j in range(num_steps):
+        room = (topk if j == 0 else topk * topk) - nodes[j]
+        add = min(room, max(rest, 0))
+        nodes[j] += add
+        rest -= add
+    cands = tuple(min(x, topk) for x in nodes)
+    return DraftTree(tuple(nodes), cands, (1,) + (topk,) * (num_steps - 1),
+                     how=f"topk {topk}, num_steps {num_steps}, num_draft_tokens {n}")
+
+
+def build_tree(section: Any) -> DraftTree | None:
+    """The validated ``speculation.tree`` section as a DraftTree (None: a chain)."""
+    if section is None:
+        return None
+    if section["widths"] is not None:
+        return tree_from_widths(section["widths"])
+    return tree_from_sglang(section["topk"], section["num_steps"], section["num_draft_tokens"])
+
 
 class Drafter:
     """Interface: price drafting for S steps at once (the kernel's one pricing call).
@@ -38,16 +141,28 @@ class Drafter:
         drafter's depends on the request, which then declares ``state_dependent_match``)."""
         return self.match_rate
 
-    @staticmethod
-    def verify_width(k):
-        """Tokens the target verifies for a draft of length k: k + 1 for a chain (a tree
-        drafter returns its tree size)."""
-        return k + 1
+    #: the draft tree (``DraftTree``) when drafting a tree, None for a chain
+    tree: DraftTree | None = None
 
-    @staticmethod
-    def k_for_width(width: int) -> int:
-        """The longest draft whose verification fits in ``width`` tokens."""
-        return max(width - 1, 0)
+    def verify_width(self, k):
+        """Tokens the target verifies for a draft of depth k: k + 1 for a chain; for a tree
+        the nodes of its first k depths plus the root (the bonus token), so a tree of one
+        node per depth is the chain. Works on scalars and arrays."""
+        if self.tree is None:
+            return k + 1
+        return self.tree.widths[np.minimum(k, MAX_DEPTH)]
+
+    def k_for_width(self, width: int) -> int:
+        """The deepest draft whose verification fits in ``width`` tokens."""
+        if self.tree is None:
+            return max(width - 1, 0)
+        return max(int(np.searchsorted(self.tree.widths, width, side="right")) - 1, 0)
+
+    def transform_acceptance(self, table: np.ndarray) -> np.ndarray:
+        """The per-class conditional acceptance table (classes x positions, the chain's
+        P(accept j | accepted 1..j-1)) this drafter's proposals meet: the chain's own
+        (identity) unless it drafts a tree (``DraftTree.transform``)."""
+        return table if self.tree is None else self.tree.transform(table)
 
     def cost_steps(self, k: np.ndarray, ctx: np.ndarray, pf_tokens: np.ndarray,
                    pf_qc: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -85,6 +200,13 @@ class SequentialDrafter(Drafter):
         csum = np.bincount(idx, weights=ctx.ravel(), minlength=S * width).reshape(S, width)
         n = (cnt[:, ::-1].cumsum(axis=1)[:, ::-1])[:, 1:].astype(np.float64)
         c = (csum[:, ::-1].cumsum(axis=1)[:, ::-1])[:, 1:] + j[None, :] * n  # reads ctx + j
+        if self.tree is not None and any(r != 1 for r in self.tree.pass_rows[:kmax]):
+            # a tree: pass j runs pass_rows[j] rows per drafting sequence, each reading the
+            # sequence's context (per-row KV reads, as a draft batch of branches is run)
+            r = np.ones(kmax)
+            m = min(kmax, self.tree.depth)
+            r[:m] = self.tree.pass_rows[:m]
+            n, c = n * r, c * r
         tok, qc = n.copy(), c + n  # one token per row, attending ctx + j + 1
         tok[:, 0] += pf_tokens  # the drafter prefills new prompt chunks in its first pass
         qc[:, 0] += pf_qc
@@ -93,8 +215,10 @@ class SequentialDrafter(Drafter):
 
     def describe(self) -> str:
         m = self.model.model
-        return (f"{self.name}: k sequential passes of {m.name} ({m.n_layers} layers, "
-                f"{m.total_params / 1e9:.2f} B params)")
+        params = getattr(self.model, "resident_params", m.total_params)
+        text = (f"{self.name}: k sequential passes of {m.name} ({m.n_layers} layers, "
+                f"{params / 1e9:.2f} B params)")
+        return text + ("" if self.tree is None else f"; {self.tree.describe()}")
 
 
 class ParallelDrafter(SequentialDrafter):
@@ -110,6 +234,26 @@ class ParallelDrafter(SequentialDrafter):
     def describe(self) -> str:
         m = self.model.model
         return f"{self.name}: one parallel pass of {m.name} over the k draft positions"
+
+
+class MedusaDrafter(Drafter):
+    """Medusa: k heads on the target's last hidden state, all in one pass over the decoding
+    rows (no sequential passes, no KV cache, no prompt pass). A tree (``speculation.tree``)
+    takes each depth's candidates from its head's top tokens and changes only what is
+    verified and accepted, not this cost."""
+
+    def __init__(self, name: str, cost: ForwardCostModel, heads: int) -> None:
+        self.name, self.cost, self.heads = name, cost, heads
+
+    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
+        rows = (k > 0).sum(axis=1).astype(np.float64)
+        z = np.zeros_like(rows)
+        return self.cost.time_and_work(rows, z, z)
+
+    def describe(self) -> str:
+        text = (f"{self.name}: one pass of {self.heads} Medusa heads "
+                f"({self.cost.resident_params / 1e9:.2f} B params)")
+        return text + ("" if self.tree is None else f"; {self.tree.describe()}")
 
 
 class LookupDrafter(Drafter):
@@ -162,6 +306,73 @@ class FixedTimeDrafter(Drafter):
         return f"{self.name}: {self.s * 1e3:g} ms per drafted token"
 
 
+# ------------------------------------------------------------------ speculation modules
+
+
+class ModuleCostModel(ForwardCostModel):
+    """The roofline of a speculation module whose shape a ModelSpec cannot say in full.
+
+    ``extra_linear_params``: dense weights every drafted token multiplies through besides the
+    module's layers and LM head (MTP's [hidden; embedding] projection, Medusa's residual
+    blocks), priced in the same linear group (FLOPs and weight bytes); ``resident_params``:
+    the weights the module adds to the device (tensors it shares with the target, such as
+    MTP's embedding and LM head, are not counted again); ``kv_layers``: layers of KV cache it
+    keeps per token (each MTP module its own).
+    """
+
+    def __init__(self, model, hardware, tp, precision, calibration, *,
+                 extra_linear_params: float = 0.0, resident_params: float | None = None,
+                 kv_layers: int | None = None) -> None:
+        super().__init__(model, hardware, tp, precision, calibration, role="drafter")
+        w_b = precision.weights.bytes_per_element
+        self._lin_flops_per_token += 2.0 * extra_linear_params / tp
+        self._dense_weight_bytes += extra_linear_params * w_b / tp
+        self.extra_linear_params = extra_linear_params
+        self.resident_params = (model.total_params + extra_linear_params
+                                if resident_params is None else resident_params)
+        if kv_layers is not None and model.n_layers:
+            self.kv_bytes_per_token *= kv_layers / model.n_layers
+
+    @property
+    def weight_bytes_per_device(self) -> float:
+        return self.resident_params * self.prec.weights.bytes_per_element / self.tp
+
+
+def mtp_module(target_model):
+    """One MTP module of ``target_model`` (DeepSeek-V3, arXiv 2412.19437 sec. 2.2; MiMo-7B,
+    arXiv 2505.07608): RMSNorm of the previous hidden state and of the next token's embedding,
+    their concatenation projected 2h -> h, one decoder layer of the target's own shape (its
+    MoE layer for an MoE target), and the target's shared full-vocabulary LM head. The
+    ModelSpec holds the layer and the head; the projection is ``mtp_projection_params``."""
+    moe = None if target_model.moe is None else replace(target_model.moe, first_dense_layers=0)
+    return replace(target_model, name=f"{target_model.name}-mtp-module", n_layers=1, moe=moe,
+                   tied_embeddings=True, mtp_layers=0,
+                   source=f"derived: one MTP module of {target_model.name} (a decoder layer of "
+                          "its shape + the 2h -> h projection; embedding and LM head shared)")
+
+
+def mtp_projection_params(target_model) -> int:
+    """eh_proj / input_proj of an MTP module: [hidden; embedding] (2h) -> h."""
+    return 2 * target_model.hidden_size * target_model.hidden_size
+
+
+def medusa_heads(target_model, heads: int):
+    """k Medusa heads (Cai et al. 2024, arXiv 2401.10774, sec. 2.1.1: head k is
+    softmax(W2_k (SiLU(W1_k h) + h)), W1_k d x d, W2_k d x V, one residual block per head as
+    the reference implementation's default medusa_num_layers = 1): as a ModelSpec, no
+    decoder layers and an LM head of heads x V rows (each head its own); the d x d blocks
+    are ``medusa_block_params``."""
+    return replace(target_model, name=f"{target_model.name}-medusa-{heads}", n_layers=0,
+                   moe=None, tied_embeddings=True, mtp_layers=0,
+                   vocab_size=heads * target_model.vocab_size,
+                   source=f"derived: {heads} Medusa heads over {target_model.name}'s hidden "
+                          "state (d x d residual block + d x V LM head each)")
+
+
+def medusa_block_params(target_model, heads: int) -> int:
+    return heads * target_model.hidden_size * target_model.hidden_size
+
+
 # ------------------------------------------------------------------ building drafters
 
 
@@ -197,7 +408,11 @@ def build_drafter(ctx: DraftContext) -> tuple[Drafter, DrafterModel | None]:
     dc = spec["draft_cost"]
     if dc["ratio"] is not None and dc["seconds_per_token"] is not None:
         raise ScenarioError(f"{where}.draft_cost: expected ratio or seconds_per_token, not both")
-    return factory(ctx)
+    drafter, model = factory(ctx)
+    tree = build_tree(spec.get("tree"))
+    if tree is not None:
+        drafter.tree = tree  # verify width, draft passes and acceptance follow the tree
+    return drafter, model
 
 
 @DRAFTERS.register("none")
@@ -213,20 +428,32 @@ def _ngram(ctx: DraftContext):
     return LookupDrafter(ng["cpu_s_per_step"], ng["match_rate"]), None
 
 
-def _model_drafter(ctx: DraftContext, drafter_model, parallel: bool):
-    """A drafter model priced by the roofline, unless a ``draft_cost`` what-if replaces it."""
+def _what_if(ctx: DraftContext) -> Drafter | None:
+    """The ``draft_cost`` what-if drafter, if the scenario gives one."""
     spec, method = ctx.spec, ctx.spec["method"]
     dc = spec["draft_cost"]
     if dc["ratio"] is not None:
-        return RatioDrafter(method, ctx.target, dc["ratio"]), None
+        return RatioDrafter(method, ctx.target, dc["ratio"])
     if dc["seconds_per_token"] is not None:
-        return FixedTimeDrafter(method, dc["seconds_per_token"]), None
-    dq = get_precision(spec["drafter_quantization"].model_dump(),
-                       "speculation.drafter_quantization")
+        return FixedTimeDrafter(method, dc["seconds_per_token"])
+    return None
+
+
+def _drafter_precision(ctx: DraftContext):
+    return get_precision(ctx.spec["drafter_quantization"].model_dump(),
+                         "speculation.drafter_quantization")
+
+
+def _model_drafter(ctx: DraftContext, drafter_model, parallel: bool):
+    """A drafter model priced by the roofline, unless a ``draft_cost`` what-if replaces it."""
+    what_if = _what_if(ctx)
+    if what_if is not None:
+        return what_if, None
+    dq = _drafter_precision(ctx)
     cm = ForwardCostModel(drafter_model, ctx.hardware, ctx.tp, dq, ctx.calibration,
                           role="drafter")
     cls = ParallelDrafter if parallel else SequentialDrafter
-    return cls(method, cm), DrafterModel(drafter_model, dq, cm)
+    return cls(ctx.spec["method"], cm), DrafterModel(drafter_model, dq, cm)
 
 
 def _separate_model(ctx: DraftContext, parallel: bool):
@@ -275,10 +502,45 @@ def _eagle3(ctx: DraftContext):
 
 @DRAFTERS.register("mtp")
 def _mtp(ctx: DraftContext):
-    if ctx.spec["drafter"] is None and ctx.model.mtp_layers < 1:
-        raise ScenarioError(f"speculation.method: {ctx.model.name} has no MTP modules "
+    """The target's own MTP modules, k sequential passes (with k above mtp_layers the modules
+    are reused autoregressively, as vLLM does), each priced as ``mtp_module`` plus its
+    projection; a ``drafter:`` given explicitly is priced as that model instead."""
+    if ctx.spec["drafter"] is not None:
+        return _head(ctx)
+    target = ctx.model
+    if target.mtp_layers < 1:
+        raise ScenarioError(f"speculation.method: {target.name} has no MTP modules "
                             "(mtp_layers is 0 in the catalog); use eagle3 or a drafter")
-    return _head(ctx)
+    what_if = _what_if(ctx)
+    if what_if is not None:
+        return what_if, None
+    module = mtp_module(target)
+    proj = mtp_projection_params(target)
+    layer = module.total_params - module.embedding_params  # embedding and LM head: shared
+    dq = _drafter_precision(ctx)
+    cm = ModuleCostModel(module, ctx.hardware, ctx.tp, dq, ctx.calibration,
+                         extra_linear_params=proj,
+                         resident_params=target.mtp_layers * (layer + proj),
+                         kv_layers=target.mtp_layers)
+    return SequentialDrafter("mtp", cm), DrafterModel(module, dq, cm)
+
+
+@DRAFTERS.register("medusa")
+def _medusa(ctx: DraftContext):
+    """Medusa heads on the target: k heads (speculation.k), one pass over the decoding rows."""
+    if ctx.spec["drafter"] is not None:
+        raise ScenarioError("speculation.drafter: medusa heads are derived from the target "
+                            "(k heads over its hidden state); remove drafter, or use "
+                            "draft_cost for a measured head cost")
+    what_if = _what_if(ctx)
+    if what_if is not None:
+        return what_if, None
+    heads = max(int(ctx.spec["k"]), 1)
+    spec_model = medusa_heads(ctx.model, heads)
+    dq = _drafter_precision(ctx)
+    cm = ModuleCostModel(spec_model, ctx.hardware, ctx.tp, dq, ctx.calibration,
+                         extra_linear_params=medusa_block_params(ctx.model, heads))
+    return MedusaDrafter("medusa", cm, heads), DrafterModel(spec_model, dq, cm)
 
 
 EAGLE3_DRAFT_VOCAB = 32000  # EAGLE-3's reduced draft vocabulary (Li et al. 2025; draft_vocab_size)
