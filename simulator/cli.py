@@ -223,6 +223,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         limits.check_requests(len(trace), workload_key(sc),
                               record_iterations=sc.simulation.record_iterations)
     print(f"{origin}: ok ({len(trace)} requests, model {sc['model'] if isinstance(sc['model'], str) else 'inline'})")
+    for note in deployment.notes:
+        print(f"  note: {note}")
     return 0
 
 
@@ -380,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     from specsim.simulator.planning.plan_cli import add_plan_command
 
     add_plan_command(sub)
+    from specsim.simulator.planning.sweep import add_sweep_command  # light: runs import lazily
+
+    add_sweep_command(sub)
     add_calibrate_command(sub, simulate_runs=_simulate_runs)  # imports torch only when run
     return p
 

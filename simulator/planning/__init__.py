@@ -1,0 +1,1 @@
+"""Planning: sweeps over scenario keys (``sweep``) and the capacity planner (``plan``)."""

@@ -1,0 +1,707 @@
+"""Parameter sweeps: a grid over any scenario keys, run in parallel, one tidy table.
+
+``specsim sweep SCENARIO --set key=v1,v2 [--set ...] [--zip] [--seeds N] [--jobs N] --out DIR``
+
+Rules:
+1. The grid is crossed (every combination) by default; ``--zip`` pairs the i-th values
+   (equal lengths). Values are parsed as YAML, like ``specsim run --set``.
+2. Every point is validated (schema, catalogs, workload) before any is run; a bad value is
+   a one-line error naming the key and the value.
+3. Each run is summary-only: the worker returns the flat metrics row (nested keys joined
+   with '.', non-scalar values left out, ``wall_time_s`` dropped: it is not a result), never
+   the per-request tables.
+4. Every finished run is appended to ``.sweep-journal.jsonl`` in ``--out`` (one JSON line,
+   flushed and fsynced); the tables are built from the journal at the end, rows sorted by
+   point index then seed, so a killed sweep resumed with ``--resume`` gives the same bytes
+   as an uninterrupted one.
+5. ``--out`` must be new or empty; a previous sweep there is continued with ``--resume`` or
+   replaced with ``--force`` (only its own files are removed); anything else is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from specsim.errors import ScenarioError
+
+JOURNAL = ".sweep-journal.jsonl"
+MARKER = ".specsim-sweep"
+DEFINITION = "sweep.json"
+TABLE_CSV = "sweep.csv"
+TABLE_PARQUET = "sweep.parquet"
+SUMMARY_CSV = "summary.csv"
+#: what a sweep writes into its --out; --force removes only these
+_OURS = {JOURNAL, MARKER, DEFINITION, TABLE_CSV, TABLE_PARQUET, SUMMARY_CSV}
+_OUR_PNGS = {"tpot_vs_qps.png", "speedup_heatmap.png", "throughput_vs_tpot.png",
+             "cost_vs_qps.png"}
+#: metrics summarised with a 95% t-interval across seeds (summary.csv)
+SUMMARY_METRICS = ("tpot_s.p50", "tpot_s.p99", "ttft_s.p99", "throughput_output_tokens_per_s",
+                   "cost_usd_per_million_output_tokens")
+#: metrics left out of the table: not results of the simulated system
+_DROPPED = {"wall_time_s"}
+
+
+
+
+def show(value: Any, limit: int = 80) -> str:
+    """specsim.messages.show, imported when a message needs it (it pulls in pydantic)."""
+    from specsim.messages import show as _show
+
+    return _show(value, limit)
+
+
+# ---------------------------------------------------------------------------- the grid
+def _split_values(raw: str) -> list[str]:
+    """``a,b,[1, 2],{x: 1, y: 2},'c,d'`` -> the top-level comma-separated items."""
+    items, depth, quote, cur = [], 0, None, []
+    for ch in raw:
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    items.append("".join(cur))
+    return items
+
+
+def parse_set(texts: Iterable[str]) -> dict[str, list[Any]]:
+    """``["speculation.k=0,2,4", "workload.synthetic.arrival.rate=2,4"]`` -> the grid.
+
+    Each value is parsed as YAML (as ``specsim run --set``); a key given twice, an empty
+    list or an empty item is a one-line ScenarioError."""
+    import yaml
+
+    from specsim import yamlio
+
+    grid: dict[str, list[Any]] = {}
+    for text in texts:
+        shown = text if text.isprintable() and len(text) <= 80 else show(text, 80)
+        if "=" not in text:
+            raise ScenarioError(f"--set {shown}: expected key.path=v1,v2,...")
+        key, raw = text.split("=", 1)
+        key = key.strip()
+        if not key or not all(key.split(".")):
+            raise ScenarioError(f"--set {shown}: expected a dotted key path like speculation.k")
+        if key in grid:
+            raise ScenarioError(f"--set {key}: given twice; list its values once, "
+                                "comma-separated")
+        values = []
+        for item in _split_values(raw):
+            if not item.strip():
+                raise ScenarioError(f"--set {shown}: an empty value (expected v1,v2,...)")
+            try:
+                values.append(yamlio.load(item))
+            except yaml.YAMLError:
+                values.append(item.strip())
+        grid[key] = values
+    return grid
+
+
+def grid_points(grid: dict[str, list[Any]], zipped: bool = False) -> list[dict[str, Any]]:
+    """The points of the grid, in order: crossed (last key fastest) or zipped."""
+    if not grid:
+        return [{}]
+    keys = list(grid)
+    for k in keys:
+        if k == "seed":
+            raise ScenarioError("--set seed: the seed is not swept as a key; use --seeds N "
+                                "(seeds = the scenario's seed + 0..N-1)")
+        if not isinstance(grid[k], list | tuple) or not grid[k]:
+            raise ScenarioError(f"--set {k}: expected a non-empty list of values")
+    if zipped:
+        lengths = {k: len(grid[k]) for k in keys}
+        if len(set(lengths.values())) > 1:
+            raise ScenarioError("--zip: every --set needs as many values; got "
+                                + ", ".join(f"{k} {n}" for k, n in lengths.items()))
+        return [dict(zip(keys, vals, strict=True))
+                for vals in zip(*(grid[k] for k in keys), strict=True)]
+    return [dict(zip(keys, vals, strict=True))
+            for vals in itertools.product(*(grid[k] for k in keys))]
+
+
+def _describe(point: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={show(v, 40)}" for k, v in point.items())
+
+
+def _validate_one(scenario: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Schema, catalogs and workload of one point (no simulation), as ``specsim validate``;
+    returns the validated scenario."""
+    from specsim import limits
+    from specsim.simulator.cluster.engine import (
+        Deployment,
+        build_trace,
+        in_file,
+        load_scenario,
+        workload_key,
+    )
+
+    sc, base, origin = load_scenario(scenario, overrides)
+    with in_file(origin):
+        deployment = Deployment(sc, base)
+        trace = build_trace(sc, base, deployment.model.max_context)
+        limits.check_requests(len(trace), workload_key(sc), record_iterations=False)
+    return sc
+
+
+def validate_points(scenario: Any, grid: dict[str, list[Any]],
+                    points: list[dict[str, Any]]) -> list[int]:
+    """Check every value alone, then every point; returns each point's scenario seed.
+
+    Errors are one line: ``--set KEY=VALUE: <why>`` for a value that is wrong on its own,
+    ``point N (k=v, ...): <why>`` for a combination that is."""
+    from specsim.simulator.cluster.engine import USER_ERRORS
+
+    for key, values in grid.items():
+        for v in values:
+            try:
+                _validate_one(scenario, {key: v})
+            except USER_ERRORS as exc:
+                raise ScenarioError(f"--set {key}={show(v, 60)}: {exc}") from None
+    seeds = []
+    for i, p in enumerate(points):
+        try:
+            sc = _validate_one(scenario, p) if len(p) > 1 else None
+        except USER_ERRORS as exc:
+            raise ScenarioError(f"point {i} ({_describe(p)}): {exc}") from None
+        if sc is None:
+            from specsim.simulator.cluster.engine import load_scenario
+
+            sc, _, _ = load_scenario(scenario, p)
+        seeds.append(int(sc["seed"]))
+    return seeds
+
+
+# ---------------------------------------------------------------------------- one run
+def flatten(metrics: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Scalars of a nested metrics dict, keys joined with '.'; lists are left out."""
+    out: dict[str, Any] = {}
+    for k, v in metrics.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, name + "."))
+        elif v is None or isinstance(v, bool | int | float | str):
+            if name not in _DROPPED:
+                out[name] = v
+        elif type(v).__module__ == "numpy" and hasattr(v, "item"):
+            out[name] = v.item()
+    return out
+
+
+def _json_safe(v: Any) -> Any:
+    """A swept value as a table cell: scalars as they are, anything else as JSON text."""
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def run_point(scenario: Any, point: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One summary-only run: the flat metrics row (the per-request tables are dropped)."""
+    from specsim.simulator.cluster.engine import run_scenario
+
+    overrides = {"simulation.progress": False, **point}
+    if not any(k.startswith("simulation.record_iterations") or k == "simulation"
+               for k in point):
+        overrides["simulation.record_iterations"] = False  # nothing in the row needs them
+    res = run_scenario(scenario, seed=seed, overrides=overrides)
+    return flatten(res.metrics)
+
+
+def _task(args: tuple[Any, int, dict[str, Any], int]) -> tuple[int, int, dict[str, Any]]:
+    scenario, index, point, seed = args
+    return index, seed, run_point(scenario, point, seed)
+
+
+def _watch_parent() -> None:
+    """Pool initializer: a worker whose parent was killed (SIGKILL) exits instead of
+    lingering on its queue."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+# ---------------------------------------------------------------------------- the folder
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("specsim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _ours(name: str) -> bool:
+    return name in _OURS or name in _OUR_PNGS or (
+        name.startswith(".") and ".sweep-tmp-" in name)
+
+
+def check_out(out: Path, resume: bool, force: bool) -> str:
+    """What to do with ``--out``: "new", "empty", "resume" or "replace"; refuses (one line)
+    a file, a link, a folder with anyone else's files, or a previous sweep without
+    --resume/--force."""
+    where = f"--out {out}"
+    if out.is_symlink():
+        raise ScenarioError(f"{where}: is a symbolic link; give a real folder")
+    if out.exists() and not out.is_dir():
+        raise ScenarioError(f"{where}: is a file, not a folder; nothing was written")
+    if not out.exists():
+        return "new"
+    try:
+        entries = sorted(out.iterdir(), key=lambda p: p.name)
+    except OSError as exc:
+        raise ScenarioError(f"{where}: cannot be read ({exc.strerror or exc})") from None
+    if not entries:
+        return "empty"
+    ours = (out / MARKER).is_file() and not (out / MARKER).is_symlink()
+    foreign = next((p.name for p in entries
+                    if not _ours(p.name) or p.is_symlink() or p.is_dir()), None)
+    if not ours:
+        raise ScenarioError(f"{where}: holds files specsim did not write (e.g. "
+                            f"{(foreign or entries[0].name)!r}); choose an empty or new folder")
+    if foreign is not None:
+        raise ScenarioError(f"{where}: holds a previous specsim sweep and {foreign!r}, which "
+                            "specsim did not write; not touching it")
+    if resume:
+        return "resume"
+    if force:
+        return "replace"
+    raise ScenarioError(f"{where}: holds a previous specsim sweep; pass --resume to finish it, "
+                        "--force to replace it, or choose another folder")
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    tmp = path.parent / f".{path.name}.sweep-tmp-{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        write(tmp)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_text(path: Path, text: str) -> None:
+    _atomic_write(path, lambda p: p.write_text(text))
+
+
+def _scenario_digest(scenario: Any) -> str:
+    if isinstance(scenario, dict):
+        text = json.dumps(scenario, sort_keys=True, default=str)
+    else:
+        try:
+            text = Path(scenario).read_text()
+        except OSError:
+            text = str(scenario)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def definition(scenario: Any, grid: dict[str, list[Any]], zipped: bool,
+               points: list[dict[str, Any]], seeds: list[list[int]]) -> dict[str, Any]:
+    """sweep.json: what was swept, with which seeds, on which scenario, by which specsim."""
+    return {
+        "written_by": "specsim sweep",
+        "specsim_version": _version(),
+        "scenario": scenario if isinstance(scenario, dict) else str(scenario),
+        "scenario_sha256": _scenario_digest(scenario),
+        "grid": {k: [_json_safe(v) if not isinstance(v, dict | list) else v for v in vals]
+                 for k, vals in grid.items()},
+        "mode": "zip" if zipped else "cross",
+        "points": [{"point": i, **p} for i, p in enumerate(points)],
+        "seeds_per_point": len(seeds[0]) if seeds else 0,
+        "seeds": [{"point": i, "seeds": s} for i, s in enumerate(seeds)],
+    }
+
+
+def _same_grid(old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """Why a journal cannot be resumed with this grid (None: it can)."""
+    for key, what in (("scenario_sha256", "the scenario file changed"),
+                      ("grid", "the --set values differ"), ("mode", "--zip differs")):
+        if json.dumps(old.get(key), sort_keys=True) != json.dumps(new.get(key), sort_keys=True):
+            return what
+    return None
+
+
+def read_journal(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
+    """Finished runs by (point, seed). A torn last line (killed mid-write) is ignored."""
+    done: dict[tuple[int, int], dict[str, Any]] = {}
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return done
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            done[(int(rec["point"]), int(rec["seed"]))] = rec["row"]
+        except (ValueError, KeyError, TypeError):
+            continue
+    return done
+
+
+class Journal:
+    """Append-only: one JSON line per finished run, flushed and fsynced."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        # a line torn by a kill is cut off, so the next one starts on a line of its own
+        if path.exists():
+            data = path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                with open(path, "r+b") as fh:
+                    fh.truncate(data.rfind(b"\n") + 1)
+        self.fh = open(path, "ab")  # noqa: SIM115 (closed by close())
+
+    def add(self, point: int, seed: int, row: dict[str, Any]) -> None:
+        line = json.dumps({"point": point, "seed": seed, "row": row}, allow_nan=True)
+        self.fh.write(line.encode() + b"\n")
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+# ---------------------------------------------------------------------------- tables
+def build_table(points: list[dict[str, Any]], seeds: list[list[int]],
+                done: dict[tuple[int, int], dict[str, Any]]):
+    """The tidy table: a row per (point, seed), sorted by point then seed; columns: point,
+    the swept keys, seed, then every scalar metric (in first-seen order)."""
+    import pandas as pd
+
+    keys = list(points[0]) if points else []
+    rows, metric_cols = [], {}
+    for i, p in enumerate(points):
+        for s in sorted(seeds[i]):
+            row = done.get((i, s))
+            if row is None:
+                continue
+            metrics = {k: v for k, v in row.items() if k not in keys and k not in (
+                "point", "seed")}
+            for k in metrics:
+                metric_cols.setdefault(k, None)
+            rows.append({"point": i, **{k: _json_safe(p[k]) for k in keys}, "seed": s,
+                         **metrics})
+    cols = ["point", *keys, "seed", *metric_cols]
+    return pd.DataFrame.from_records(rows, columns=cols)
+
+
+def summarize(table, keys: list[str]):
+    """summary.csv: per point, mean and 95% t-interval (scipy.stats.t) across seeds of
+    TPOT p50/p99, TTFT p99, throughput and $ per million output tokens; NaN bounds with
+    one seed."""
+    import numpy as np
+    import pandas as pd
+    from scipy import stats
+
+    out = []
+    for point, g in table.groupby("point", sort=True):
+        row: dict[str, Any] = {"point": point, **{k: g[k].iloc[0] for k in keys},
+                               "seeds": len(g)}
+        for m in SUMMARY_METRICS:
+            vals = (pd.to_numeric(g[m], errors="coerce").to_numpy(dtype=float)
+                    if m in g else np.array([]))
+            vals = vals[np.isfinite(vals)]
+            n = len(vals)
+            mean = float(vals.mean()) if n else math.nan
+            if n >= 2:
+                half = float(stats.t.ppf(0.975, n - 1) * vals.std(ddof=1) / math.sqrt(n))
+            else:
+                half = math.nan
+            row[f"{m}.mean"] = mean
+            row[f"{m}.ci95_low"] = mean - half
+            row[f"{m}.ci95_high"] = mean + half
+            row[f"{m}.ci95_half_width"] = half
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _parquet_safe(df):
+    """Columns pyarrow can store: an object column mixing types becomes text."""
+    df = df.copy()
+    for c in df.columns:
+        if df[c].dtype == object:
+            types = {type(v) for v in df[c] if v is not None and v == v}
+            if len(types) > 1:
+                df[c] = [None if v is None or v != v else str(v) for v in df[c]]
+    return df
+
+
+# ---------------------------------------------------------------------------- the sweep
+def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: int = 1,
+              out: str | Path | None = None, resume: bool = False, *, zipped: bool = False,
+              force: bool = False, plots: bool = True,
+              progress: Callable[[int, int], None] | None = None,
+              on_start: Callable[[dict[str, Any]], None] | None = None):
+    """Run every (point, seed) of the grid and return the tidy table (a DataFrame).
+
+    ``scenario``: a YAML path or a scenario dict; ``grid``: {dotted key: [values]};
+    ``seeds``: runs per point (seeds = the point's scenario seed + 0..seeds-1); ``jobs``:
+    worker processes (1: in this process); ``out``: folder for sweep.csv, sweep.parquet,
+    summary.csv, sweep.json and the plots (None: nothing written); ``resume``: finish the
+    sweep in ``out``, running only the (point, seed) pairs its journal lacks.
+    ``progress(done, total)`` is called after each run; ``on_start(info)`` once before.
+    The table's ``attrs`` hold "summary" (summary.csv's frame), "plots" and "skipped".
+    """
+    if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
+        raise ScenarioError(f"--seeds: expected an integer at least 1, got {show(seeds)}")
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ScenarioError(f"--jobs: expected an integer at least 1, got {show(jobs)}")
+    grid = {k: list(v) for k, v in grid.items()}
+    points = grid_points(grid, zipped)
+    out_path = Path(out) if out is not None else None
+    mode = check_out(out_path, resume, force) if out_path is not None else None
+    base_seeds = validate_points(scenario, grid, points)
+    point_seeds = [[b + j for j in range(seeds)] for b in base_seeds]
+    spec = definition(scenario, grid, zipped, points, point_seeds)
+
+    done: dict[tuple[int, int], dict[str, Any]] = {}
+    journal = None
+    if out_path is not None:
+        if mode == "resume":
+            try:
+                old = json.loads((out_path / DEFINITION).read_text())
+            except (OSError, ValueError):
+                old = None
+            why = _same_grid(old, spec) if isinstance(old, dict) else None
+            if why:
+                raise ScenarioError(f"--resume: {out_path} holds a different sweep ({why}); "
+                                    "give the same scenario and --set values, or use --force")
+            done = read_journal(out_path / JOURNAL)
+        elif mode == "replace":
+            for p in out_path.iterdir():
+                if _ours(p.name) and p.name != MARKER:
+                    p.unlink()
+        try:
+            out_path.mkdir(parents=True, exist_ok=True)
+            _write_text(out_path / MARKER, json.dumps({"written_by": "specsim sweep",
+                                                        "version": _version()}) + "\n")
+            _write_text(out_path / DEFINITION, json.dumps(spec, indent=1, default=str) + "\n")
+            journal = Journal(out_path / JOURNAL)
+        except OSError as exc:
+            raise ScenarioError(f"--out {out_path}: cannot write there "
+                                f"({exc.strerror or exc})") from None
+    wanted = {(i, s) for i, ss in enumerate(point_seeds) for s in ss}
+    done = {k: v for k, v in done.items() if k in wanted}
+    todo = [(scenario, i, points[i], s) for i, ss in enumerate(point_seeds) for s in ss
+            if (i, s) not in done]
+    total = len(wanted)
+    if on_start:
+        on_start({"points": len(points), "seeds": seeds, "runs": total,
+                  "already_done": total - len(todo), "jobs": jobs})
+
+    def finished(i: int, s: int, row: dict[str, Any]) -> None:
+        row = json.loads(json.dumps(row, allow_nan=True))  # as the journal gives it back
+        done[(i, s)] = row
+        if journal is not None:
+            journal.add(i, s, row)
+        if progress:
+            progress(len(done), total)
+
+    try:
+        if jobs == 1 or len(todo) <= 1:
+            for t in todo:
+                finished(*_task(t))
+        else:
+            _run_pool(todo, jobs, finished)
+    finally:
+        if journal is not None:
+            journal.close()
+
+    if out_path is not None:  # the table is what the journal holds, however it got there
+        done = {k: v for k, v in read_journal(out_path / JOURNAL).items() if k in wanted}
+    table = build_table(points, point_seeds, done)
+    summary = summarize(table, list(grid))
+    written, skipped = [], []
+    if out_path is not None:
+        written, skipped = write_tables(out_path, table, summary, list(grid), plots)
+    table.attrs.update(summary=summary, written=written, skipped=skipped)
+    return table
+
+
+def _run_pool(todo: list, jobs: int, finished: Callable[..., None]) -> None:
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    with ProcessPoolExecutor(max_workers=min(jobs, len(todo)),
+                             initializer=_watch_parent) as pool:
+        pending = set()
+        it = iter(todo)
+        try:
+            for t in itertools.islice(it, jobs * 4):  # a bounded queue: 1,000 points stay light
+                pending.add(pool.submit(_task, t))
+            while pending:
+                ready, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for f in ready:
+                    finished(*f.result())
+                    nxt = next(it, None)
+                    if nxt is not None:
+                        pending.add(pool.submit(_task, nxt))
+        except BaseException:
+            for f in pending:
+                f.cancel()
+            raise
+
+
+def write_tables(out: Path, table, summary, keys: list[str],
+                 plots: bool = True) -> tuple[list[str], list[str]]:
+    """sweep.csv, sweep.parquet, summary.csv (atomically) and the plots the grid supports;
+    returns (files written, "plot: why skipped" lines)."""
+    try:
+        _atomic_write(out / TABLE_CSV, lambda p: table.to_csv(p, index=False))
+        _atomic_write(out / TABLE_PARQUET,
+                      lambda p: _parquet_safe(table).to_parquet(p, index=False))
+        _atomic_write(out / SUMMARY_CSV, lambda p: summary.to_csv(p, index=False))
+        written = [TABLE_CSV, TABLE_PARQUET, SUMMARY_CSV, DEFINITION]
+        skipped: list[str] = []
+        if plots and len(table):
+            from specsim.simulator.planning.sweep_plots import write_plots
+
+            pngs, skipped = write_plots(table, keys, out, _atomic_write)
+            written += pngs
+    except OSError as exc:
+        raise ScenarioError(f"--out {out}: could not write the tables "
+                            f"({exc.strerror or exc})") from None
+    return written, skipped
+
+
+# ---------------------------------------------------------------------------- the CLI
+def add_sweep_command(sub) -> None:
+    import argparse
+
+    p = sub.add_parser(
+        "sweep", help="run a grid of scenario variants in parallel into one table",
+        description="Run the scenario at every point of a grid over any scenario keys\n"
+                    "(crossed, or zipped with --zip), each with --seeds seeds, in parallel\n"
+                    "processes; write one tidy table (sweep.csv, sweep.parquet: a row per\n"
+                    "point and seed, every scalar metric), summary.csv (mean and 95%\n"
+                    "t-interval across seeds), sweep.json and the plots the grid supports.\n"
+                    "A killed sweep continues with --resume (only missing runs are run).",
+        epilog="example: specsim sweep scenarios/chat.yaml --set speculation.k=0,2,4 "
+               "--set workload.synthetic.arrival.rate=2,4,8 --seeds 3 --out runs/sweep",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenario", help="base scenario YAML (e.g. scenarios/chat.yaml)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY.PATH=V1,V2,...",
+                   help="a swept key and its values, parsed as YAML (repeatable)")
+    p.add_argument("--zip", action="store_true",
+                   help="pair the i-th values of every --set (equal lengths) instead of "
+                        "crossing them")
+    p.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="runs per point, seeds = the scenario's seed + 0..N-1 (default 1)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="worker processes (default min(2, CPU cores))")
+    p.add_argument("--out", help="folder for the tables and plots: new or empty (a previous "
+                   "sweep only with --resume or --force)")
+    p.add_argument("--resume", action="store_true",
+                   help="finish the sweep in --out: run only the runs its journal lacks")
+    p.add_argument("--force", action="store_true",
+                   help="replace a previous sweep in --out (never other files)")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_sweep(args) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    err = Console(stderr=True)
+    if args.resume and not args.out:
+        raise ScenarioError("--resume: needs --out (the folder of the sweep to finish)")
+    if args.resume and args.force:
+        raise ScenarioError("--resume and --force: give one (finish the sweep, or replace it)")
+    grid = parse_set(args.set)
+    jobs = args.jobs if args.jobs is not None else max(1, min(2, os.cpu_count() or 1))
+    prog = None if args.quiet else Progress(
+        TextColumn("sweeping"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
+        TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True)
+    task = None
+    t0 = time.perf_counter()
+
+    def on_start(info: dict[str, Any]) -> None:
+        nonlocal task
+        if not args.quiet:
+            err.print(f"sweep: {info['points']} point(s) x {info['seeds']} seed(s) = "
+                      f"{info['runs']} run(s) on {info['jobs']} process(es)"
+                      + (f", {info['already_done']} already done" if info["already_done"]
+                         else ""))
+        if prog is not None:
+            task = prog.add_task("sweep", total=info["runs"], completed=info["already_done"])
+            prog.start()
+
+    def progress(n: int, total: int) -> None:
+        if prog is not None and task is not None:
+            prog.update(task, completed=n)
+
+    try:
+        table = run_sweep(args.scenario, grid, seeds=args.seeds, jobs=jobs, out=args.out,
+                          resume=args.resume, zipped=args.zip, force=args.force,
+                          plots=not args.no_plots, progress=progress, on_start=on_start)
+    finally:
+        if prog is not None:
+            prog.stop()
+    wall = time.perf_counter() - t0
+    summary = table.attrs["summary"]
+    _print_summary(Console(width=max(Console().width, 150)), summary, list(grid))
+    err.print(f"{len(table)} run(s) in {wall:.1f} s")
+    if args.out:
+        err.print(f"wrote {args.out}/" + ", ".join(table.attrs["written"]))
+        for line in table.attrs["skipped"]:
+            err.print(f"skipped plot {line}")
+    return 0
+
+
+def _print_summary(console, summary, keys: list[str], limit: int = 40) -> None:
+    from rich.table import Table
+
+    tab = Table(title="sweep: mean across seeds (95% CI half-width)")
+    for c in ["point", *keys, "seeds", "TPOT p50 (ms)", "TPOT p99 (ms)", "TTFT p99 (ms)",
+              "tok/s", "$/M tok"]:
+        tab.add_column(c, justify="right")
+
+    def cell(row, m: str, scale: float = 1.0, digits: int = 2) -> str:
+        mean, half = row[f"{m}.mean"], row[f"{m}.ci95_half_width"]
+        if mean != mean:
+            return "-"
+        s = f"{mean * scale:,.{digits}f}"
+        return s + (f" ±{half * scale:,.{digits}f}" if half == half else "")
+
+    for r in summary.head(limit).to_dict("records"):
+        tab.add_row(str(r["point"]), *[str(r[k]) for k in keys], str(r["seeds"]),
+                    cell(r, "tpot_s.p50", 1e3), cell(r, "tpot_s.p99", 1e3),
+                    cell(r, "ttft_s.p99", 1e3), cell(r, "throughput_output_tokens_per_s", 1, 1),
+                    cell(r, "cost_usd_per_million_output_tokens", 1, 3))
+    console.print(tab)
+    if len(summary) > limit:
+        console.print(f"... {len(summary) - limit} more point(s): see summary.csv")
