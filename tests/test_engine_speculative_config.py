@@ -197,8 +197,13 @@ def test_sglang_missing_steps_are_errors():
                                   "tensor_parallel_size": 1}},
      "speculation.vllm_speculative_config.tensor_parallel_size: vLLM SpeculativeConfig field "
      "not mapped onto specsim (vLLM itself rejects it"),
-    ({"vllm_speculative_config": {"method": "suffix", "num_speculative_tokens": 4}},
-     "speculation.vllm_speculative_config.method: vLLM method 'suffix' has no specsim drafter"),
+    ({"vllm_speculative_config": {"method": "mlp_speculator", "num_speculative_tokens": 4}},
+     "speculation.vllm_speculative_config.method: vLLM method 'mlp_speculator' has no specsim "
+     "drafter"),
+    ({"vllm_speculative_config": {"method": "eagle3", "num_speculative_tokens": 4,
+                                  "suffix_decoding_max_tree_depth": 24}},
+     "speculation.vllm_speculative_config.suffix_decoding_max_tree_depth: only for method "
+     "suffix"),
     ({"vllm_speculative_config": {"method": "eagle4", "num_speculative_tokens": 4}},
      "speculation.vllm_speculative_config.method: expected a vLLM method"),
     ({"vllm_speculative_config": {"method": "eagle3"}},
@@ -276,6 +281,13 @@ def test_the_mapping_is_pure():
     assert json.dumps(cfg_in) == before
     assert m.keys == {"method": "mtp", "k": 2}
     assert m.origin == {"method": "method", "k": "num_speculative_tokens"}
+
+
+def test_suffix_maps_onto_suffix_decoding():
+    s = _spec({"vllm_speculative_config": {"method": "suffix", "num_speculative_tokens": 8,
+                                           "suffix_decoding_max_tree_depth": 24}})
+    assert (s.method, s.k) == ("suffix", 8)
+    assert "suffix_decoding_max_tree_depth recorded" in ec.note(s, SPEC_METHODS)
 
 
 def test_medusa_maps_onto_the_medusa_drafter():

@@ -41,7 +41,8 @@ from specsim.simulator.speculation import engine_config
 # 1e18 no longer holds an exact integer, and numpy's int64 arithmetic would overflow.
 INT_HI = 2**53
 MAX_DEVICES = 1_000_000  # a sanity bound on hardware.count (the memory check comes later)
-SPEC_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "pard", "dflash", "medusa")
+SPEC_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "pard", "dflash", "medusa",
+                "suffix")
 #: methods that may draft a tree (speculation.tree): EAGLE heads, MTP modules, Medusa heads
 TREE_METHODS = ("eagle3", "mtp", "medusa")
 MAX_TREE_NODES = 4096  # nodes per depth at most (a sanity bound; SGLang trees are < 100)
@@ -244,6 +245,29 @@ class Ngram(Section):
         20e-6, description="assumed default (a compiled lookup); measure yours")
 
 
+class Suffix(Section):
+    """``speculation.suffix``: suffix decoding's chance to find a draft grows as the request
+    (and, with ``session_carry``, its session's earlier turns, which later prompts contain)
+    repeats itself: p = max - (max - start) x exp(-seen / growth_tokens), seen = tokens this
+    request generated (+ its prompt when turn > 0). The functional form and the defaults are
+    assumed (SuffixDecoding, arXiv 2411.04975, reports the effect, not this curve): fit them
+    to your traffic."""
+
+    match_rate_start: Float(0.0, 1.0) = Field(0.1, description="match chance with nothing seen (assumed)")
+    match_rate_max: Float(0.0, 1.0) = Field(0.7, description="match chance after long repetition (assumed)")
+    growth_tokens: Float(1.0, 1e9) = Field(256.0, description="tokens seen for 63% of the rise (assumed)")
+    session_carry: Bool = True
+    cpu_s_per_step: Float(0.0, 3600.0) = Field(
+        20e-6, description="assumed default (a compiled suffix-tree lookup); measure yours")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Suffix:
+        if self.match_rate_start > self.match_rate_max:
+            raise fail_key("match_rate_start", f"expected at most match_rate_max "
+                           f"{self.match_rate_max}, got {self.match_rate_start}")
+        return self
+
+
 def _widths_in(value: Any) -> Any:
     """``tree.widths``: a non-empty list of positive integers, one per depth."""
     if value is None:
@@ -359,6 +383,7 @@ class NoSpeculation(_Speculation):
 
     method: Literal["none"] = "none"
     ngram: _section(Ngram)
+    suffix: _section(Suffix)
     tree: _optional_section(Tree)
 
 
@@ -412,9 +437,17 @@ class NgramSpeculation(_Speculation):
     ngram: _section(Ngram)
 
 
+class SuffixSpeculation(_Speculation):
+    """``method: suffix``: suffix decoding (a CPU lookup whose match chance grows with
+    repetition within the request and its session; see ``Suffix``)."""
+
+    method: Literal["suffix"]
+    suffix: _section(Suffix)
+
+
 SPECULATION_VARIANTS = (NoSpeculation, DraftModelSpeculation, Eagle3Speculation,
                         MtpSpeculation, PardSpeculation, DflashSpeculation, NgramSpeculation,
-                        MedusaSpeculation)
+                        MedusaSpeculation, SuffixSpeculation)
 
 
 def _speculation_in(value: Any) -> Any:
@@ -439,7 +472,8 @@ def _speculation_in(value: Any) -> Any:
 
 Speculation = Annotated[
     NoSpeculation | DraftModelSpeculation | Eagle3Speculation | MtpSpeculation
-    | PardSpeculation | DflashSpeculation | NgramSpeculation | MedusaSpeculation,
+    | PardSpeculation | DflashSpeculation | NgramSpeculation | MedusaSpeculation
+    | SuffixSpeculation,
     Field(discriminator="method"), BeforeValidator(_speculation_in)]
 
 

@@ -274,6 +274,32 @@ class LookupDrafter(Drafter):
                 f"{self.match_rate:.2f}")
 
 
+class SuffixDrafter(LookupDrafter):
+    """Suffix decoding (Oliaro et al., arXiv 2411.04975): a suffix-tree lookup over the
+    request's own tokens and earlier outputs, so its chance of finding a draft grows as the
+    request (and its session) repeats itself; CPU microseconds per step. The chance depends
+    on each row's progress, so a fixed k still runs step by step."""
+
+    name = "suffix"
+    state_dependent_match = True
+
+    def __init__(self, cpu_s_per_step: float, start: float, top: float, growth: float,
+                 session_carry: bool) -> None:
+        super().__init__(cpu_s_per_step, top)
+        self.start, self.top, self.growth = start, top, growth
+        self.session_carry = session_carry
+
+    def match_probability(self, rows, table):
+        seen = table.generated[rows].astype(np.float64)
+        if self.session_carry:
+            seen = seen + np.where(table.turn[rows] > 0, table.prompt[rows], 0)
+        return self.top - (self.top - self.start) * np.exp(-seen / self.growth)
+
+    def describe(self) -> str:
+        return (f"suffix decoding: {self.cpu_s * 1e6:.0f} us CPU per step, match chance "
+                f"{self.start:.2f} -> {self.top:.2f} over ~{self.growth:g} tokens seen")
+
+
 class RatioDrafter(Drafter):
     """What-if: each drafted token costs ``ratio`` x a target decode pass over the same rows."""
 
@@ -426,6 +452,15 @@ def _ngram(ctx: DraftContext):
         raise ScenarioError("speculation.drafter: ngram lookup takes no drafter model")
     ng = ctx.spec["ngram"]
     return LookupDrafter(ng["cpu_s_per_step"], ng["match_rate"]), None
+
+
+@DRAFTERS.register("suffix")
+def _suffix(ctx: DraftContext):
+    if ctx.spec["drafter"] is not None:
+        raise ScenarioError("speculation.drafter: suffix decoding takes no drafter model")
+    sx = ctx.spec["suffix"]
+    return SuffixDrafter(sx["cpu_s_per_step"], sx["match_rate_start"], sx["match_rate_max"],
+                         sx["growth_tokens"], sx["session_carry"]), None
 
 
 def _what_if(ctx: DraftContext) -> Drafter | None:

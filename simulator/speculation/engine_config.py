@@ -85,23 +85,24 @@ VLLM_MTP_METHODS = frozenset({
 #: vLLM method -> specsim method (medusa only once specsim has that drafter)
 VLLM_METHODS = {"eagle": "eagle3", "eagle3": "eagle3", "draft_model": "draft_model",
                 "ngram": "ngram", "[ngram]": "ngram", "ngram_gpu": "ngram", "dflash": "dflash",
-                "medusa": "medusa", **{m: "mtp" for m in VLLM_MTP_METHODS}}
+                "medusa": "medusa", "suffix": "suffix", **{m: "mtp" for m in VLLM_MTP_METHODS}}
 #: vLLM methods specsim has no drafter for
-VLLM_UNMAPPED_METHODS = ("mlp_speculator", "suffix", "custom_class", "extract_hidden_states",
+VLLM_UNMAPPED_METHODS = ("mlp_speculator", "custom_class", "extract_hidden_states",
                          "dspark")
+#: suffix decoding's lookup settings (recorded with method suffix)
+VLLM_SUFFIX = ("suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+               "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob")
 #: SpeculativeConfig fields mapped here
 VLLM_MAPPED = ("method", "model", "num_speculative_tokens", "draft_tensor_parallel_size",
                "prompt_lookup_min", "prompt_lookup_max", "disable_by_batch_size",
-               "parallel_drafting")
+               "parallel_drafting", *VLLM_SUFFIX)
 #: the other SpeculativeConfig fields (f19b16d and 002e77c): real, but without a mapping
 VLLM_OTHER_FIELDS = (
     "enforce_eager", "tensor_parallel_size", "quantization", "moe_backend",
     "attention_backend", "kv_cache_dtype", "max_model_len", "revision", "code_revision",
     "index_share_for_mtp_iteration", "disable_padded_drafter_batch", "disable_eagle_block_drop",
     "use_local_argmax_reduction", "use_heterogeneous_vocab", "speculative_token_tree",
-    "num_speculative_tokens_per_batch_size", "suffix_decoding_max_tree_depth",
-    "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
-    "suffix_decoding_min_token_prob", "draft_load_config", "rejection_sample_method",
+    "num_speculative_tokens_per_batch_size", "draft_load_config", "rejection_sample_method",
     "synthetic_acceptance_rates", "synthetic_acceptance_length", "enable_adaptive_verification",
     "draft_sample_method", "dspark_draft_topk", "target_model_config",
     "target_parallel_config", "draft_model_config", "draft_parallel_config")
@@ -357,7 +358,18 @@ def map_vllm(value: Any, methods: tuple[str, ...]) -> Mapped:
         "not have)"))
     m.keys["k"], m.origin["k"] = k, "num_speculative_tokens"
     model = _str(section, cfg, "model")
-    if ours == "ngram":
+    suffix_given = [key for key in VLLM_SUFFIX if cfg.get(key) is not None]
+    if suffix_given and ours != "suffix":
+        raise EngineConfigError(f"{section}.{suffix_given[0]}", "only for method suffix")
+    if ours == "suffix":
+        if model is not None:
+            raise EngineConfigError(f"{section}.model", f"suffix decoding takes no draft model, "
+                                                        f"got {show(model)}")
+        if suffix_given:
+            m.notes.append(", ".join(suffix_given) + " recorded: they shape what the suffix "
+                           "tree proposes, which specsim takes from speculation.suffix "
+                           "(match chance vs tokens seen) and the acceptance")
+    elif ours == "ngram":
         if model not in (None, "ngram", "[ngram]"):
             raise EngineConfigError(f"{section}.model", f"n-gram lookup takes no draft model, "
                                                         f"got {show(model)}")
