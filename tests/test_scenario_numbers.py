@@ -80,8 +80,9 @@ def test_nul_and_deep_yaml(tmp_path, capsys):
 @pytest.mark.parametrize("key", FLOAT_KEYS)
 @pytest.mark.parametrize("value", [".nan", ".inf", "-.inf"])
 def test_float_keys_reject_non_finite(key, value, capsys):
-    method = (["--set", "speculation.method=ngram", "--set", "speculation.drafter=null"]
-              if key.startswith("speculation.ngram.") else [])  # ngram keys belong to ngram
+    own = next((m for m in ("ngram", "suffix") if key.startswith(f"speculation.{m}.")), None)
+    method = (["--set", f"speculation.method={own}", "--set", "speculation.drafter=null"]
+              if own else [])  # ngram / suffix keys belong to their method
     assert main(["validate", str(CHAT), *method, "--set", f"{key}={value}"]) == 2
     line = _one_error(capsys)
     shown = {".nan": "nan", ".inf": "inf", "-.inf": "-inf"}[value]
