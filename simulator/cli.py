@@ -153,10 +153,11 @@ def _with_baseline(result, source, args, trace):
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from specsim.simulator.report.rerender import rerender
+    from specsim.simulator.report.rerender import detect, rerender
 
+    kind = detect(args.folder)
     written = rerender(args.folder)
-    print(f"wrote {args.folder}/" + ", ".join(written))
+    print(f"{kind}: wrote {args.folder}/" + ", ".join(written))
     return 0
 
 
@@ -367,9 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--quiet", action="store_true", help="no progress bar")
     rp.add_argument("--no-report", action="store_true", help="skip report.md and its plots")
     rp.set_defaults(func=cmd_replay)
-    rep = sub.add_parser("report", help="write report.md / report.html again from a run's "
-                         "outputs (e.g. after --no-report)")
-    rep.add_argument("folder", help="the --out folder of `specsim run`")
+    rep = sub.add_parser("report", help="write report.md / report.html again from a run's, "
+                         "a --baseline run's or a sweep's outputs (e.g. after --no-report)")
+    rep.add_argument("folder", help="the --out folder of `specsim run` (with or without "
+                     "--baseline) or of `specsim sweep`")
     rep.set_defaults(func=cmd_report)
     sch = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
     sch.add_argument("--catalog", action="store_true", help="the catalog entries' schema instead")

@@ -14,12 +14,16 @@ Rules:
    flushed and fsynced); the tables are built from the journal at the end, rows sorted by
    point index then seed, so a killed sweep resumed with ``--resume`` gives the same bytes
    as an uninterrupted one.
-5. ``--out`` must be new or empty; a previous sweep there is continued with ``--resume`` or
+5. ``--backend dask [--scheduler ADDRESS]`` runs the same tasks on a Dask cluster
+   (sweep_dask.py; the ``specsim[dask]`` extra, imported only then); the journal, the
+   table and its bytes are the local backend's.
+6. ``--out`` must be new or empty; a previous sweep there is continued with ``--resume`` or
    replaced with ``--force`` (only its own files are removed); anything else is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -41,12 +45,15 @@ TABLE_CSV = "sweep.csv"
 TABLE_PARQUET = "sweep.parquet"
 SUMMARY_CSV = "summary.csv"
 #: what a sweep writes into its --out; --force removes only these
-_OURS = {JOURNAL, MARKER, DEFINITION, TABLE_CSV, TABLE_PARQUET, SUMMARY_CSV}
+_OURS = {JOURNAL, MARKER, DEFINITION, TABLE_CSV, TABLE_PARQUET, SUMMARY_CSV, "report.md",
+         "report.html"}
 _OUR_PNGS = {"tpot_vs_qps.png", "speedup_heatmap.png", "throughput_vs_tpot.png",
              "cost_vs_qps.png"}
 #: metrics summarised with a 95% t-interval across seeds (summary.csv)
 SUMMARY_METRICS = ("tpot_s.p50", "tpot_s.p99", "ttft_s.p99", "throughput_output_tokens_per_s",
                    "cost_usd_per_million_output_tokens")
+#: where the runs go: processes on this machine, or a Dask cluster (the specsim[dask] extra)
+BACKENDS = ("local", "dask")
 #: metrics left out of the table: not results of the simulated system
 _DROPPED = {"wall_time_s"}
 
@@ -455,7 +462,8 @@ def _parquet_safe(df):
 # ---------------------------------------------------------------------------- the sweep
 def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: int = 1,
               out: str | Path | None = None, resume: bool = False, *, zipped: bool = False,
-              force: bool = False, plots: bool = True,
+              force: bool = False, plots: bool = True, backend: str = "local",
+              scheduler: str | None = None,
               progress: Callable[[int, int], None] | None = None,
               on_start: Callable[[dict[str, Any]], None] | None = None):
     """Run every (point, seed) of the grid and return the tidy table (a DataFrame).
@@ -465,9 +473,21 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
     worker processes (1: in this process); ``out``: folder for sweep.csv, sweep.parquet,
     summary.csv, sweep.json and the plots (None: nothing written); ``resume``: finish the
     sweep in ``out``, running only the (point, seed) pairs its journal lacks.
+    ``backend``: "local" (``jobs`` processes on this machine) or "dask" (a Dask cluster:
+    the scheduler at ``scheduler``, or a LocalCluster of ``jobs`` worker processes when it
+    is None; needs the ``specsim[dask]`` extra); both give the same rows, journal and bytes.
     ``progress(done, total)`` is called after each run; ``on_start(info)`` once before.
-    The table's ``attrs`` hold "summary" (summary.csv's frame), "plots" and "skipped".
+    The table's ``attrs`` hold "summary" (summary.csv's frame), "written" and "skipped".
     """
+    if backend not in BACKENDS:
+        raise ScenarioError(f"--backend: expected one of {', '.join(BACKENDS)}, got "
+                            f"{show(backend)}")
+    if scheduler is not None and backend != "dask":
+        raise ScenarioError("--scheduler: only with --backend dask")
+    if backend == "dask":  # before anything is validated or written
+        from specsim.simulator.planning.sweep_dask import require
+
+        require()
     if not isinstance(seeds, int) or isinstance(seeds, bool) or seeds < 1:
         raise ScenarioError(f"--seeds: expected an integer at least 1, got {show(seeds)}")
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
@@ -481,57 +501,53 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
     spec = definition(scenario, grid, zipped, points, point_seeds)
 
     done: dict[tuple[int, int], dict[str, Any]] = {}
-    journal = None
-    if out_path is not None:
-        if mode == "resume":
-            try:
-                old = json.loads((out_path / DEFINITION).read_text())
-            except (OSError, ValueError):
-                old = None
-            why = _same_grid(old, spec) if isinstance(old, dict) else None
-            if why:
-                raise ScenarioError(f"--resume: {out_path} holds a different sweep ({why}); "
-                                    "give the same scenario and --set values, or use --force")
-            done = read_journal(out_path / JOURNAL)
-        elif mode == "replace":
-            for p in out_path.iterdir():
-                if _ours(p.name) and p.name != MARKER:
-                    p.unlink()
+    if out_path is not None and mode == "resume":
         try:
-            out_path.mkdir(parents=True, exist_ok=True)
-            _write_text(out_path / MARKER, json.dumps({"written_by": "specsim sweep",
-                                                        "version": _version()}) + "\n")
-            _write_text(out_path / DEFINITION, json.dumps(spec, indent=1, default=str) + "\n")
-            journal = Journal(out_path / JOURNAL)
-        except OSError as exc:
-            raise ScenarioError(f"--out {out_path}: cannot write there "
-                                f"({exc.strerror or exc})") from None
+            old = json.loads((out_path / DEFINITION).read_text())
+        except (OSError, ValueError):
+            old = None
+        why = _same_grid(old, spec) if isinstance(old, dict) else None
+        if why:
+            raise ScenarioError(f"--resume: {out_path} holds a different sweep ({why}); "
+                                "give the same scenario and --set values, or use --force")
+        done = read_journal(out_path / JOURNAL)
     wanted = {(i, s) for i, ss in enumerate(point_seeds) for s in ss}
     done = {k: v for k, v in done.items() if k in wanted}
     todo = [(scenario, i, points[i], s) for i, ss in enumerate(point_seeds) for s in ss
             if (i, s) not in done]
     total = len(wanted)
-    if on_start:
-        on_start({"points": len(points), "seeds": seeds, "runs": total,
-                  "already_done": total - len(todo), "jobs": jobs})
 
-    def finished(i: int, s: int, row: dict[str, Any]) -> None:
-        row = json.loads(json.dumps(row, allow_nan=True))  # as the journal gives it back
-        done[(i, s)] = row
-        if journal is not None:
-            journal.add(i, s, row)
-        if progress:
-            progress(len(done), total)
+    with contextlib.ExitStack() as stack:
+        cluster = None
+        if backend == "dask" and todo:  # an unreachable scheduler is said before any write
+            from specsim.simulator.planning.sweep_dask import connect
 
-    try:
-        if jobs == 1 or len(todo) <= 1:
-            for t in todo:
-                finished(*_task(t))
-        else:
-            _run_pool(todo, jobs, finished)
-    finally:
-        if journal is not None:
-            journal.close()
+            cluster = stack.enter_context(connect(scheduler, jobs, scenario, len(todo)))
+        journal = _open_folder(out_path, mode, spec) if out_path is not None else None
+        if on_start:
+            on_start({"points": len(points), "seeds": seeds, "runs": total,
+                      "already_done": total - len(todo), "jobs": jobs, "backend": backend,
+                      "scheduler": scheduler})
+
+        def finished(i: int, s: int, row: dict[str, Any]) -> None:
+            row = json.loads(json.dumps(row, allow_nan=True))  # as the journal gives it back
+            done[(i, s)] = row
+            if journal is not None:
+                journal.add(i, s, row)
+            if progress:
+                progress(len(done), total)
+
+        try:
+            if cluster is not None:
+                cluster.run(todo, finished, lambda i: _describe(points[i]))
+            elif jobs == 1 or len(todo) <= 1:
+                for t in todo:
+                    finished(*_task(t))
+            else:
+                _run_pool(todo, jobs, finished)
+        finally:
+            if journal is not None:
+                journal.close()
 
     if out_path is not None:  # the table is what the journal holds, however it got there
         done = {k: v for k, v in read_journal(out_path / JOURNAL).items() if k in wanted}
@@ -542,6 +558,24 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
         written, skipped = write_tables(out_path, table, summary, list(grid), plots)
     table.attrs.update(summary=summary, written=written, skipped=skipped)
     return table
+
+
+def _open_folder(out: Path, mode: str | None, spec: dict[str, Any]) -> Journal:
+    """Make ``out`` the sweep's folder (a replaced sweep's files go first): the marker,
+    sweep.json, and the journal, opened for appending."""
+    if mode == "replace":
+        for p in out.iterdir():
+            if _ours(p.name) and p.name != MARKER:
+                p.unlink()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        _write_text(out / MARKER, json.dumps({"written_by": "specsim sweep",
+                                              "version": _version()}) + "\n")
+        _write_text(out / DEFINITION, json.dumps(spec, indent=1, default=str) + "\n")
+        return Journal(out / JOURNAL)
+    except OSError as exc:
+        raise ScenarioError(f"--out {out}: cannot write there "
+                            f"({exc.strerror or exc})") from None
 
 
 def _run_pool(todo: list, jobs: int, finished: Callable[..., None]) -> None:
@@ -569,20 +603,19 @@ def _run_pool(todo: list, jobs: int, finished: Callable[..., None]) -> None:
 
 def write_tables(out: Path, table, summary, keys: list[str],
                  plots: bool = True) -> tuple[list[str], list[str]]:
-    """sweep.csv, sweep.parquet, summary.csv (atomically) and the plots the grid supports;
-    returns (files written, "plot: why skipped" lines)."""
+    """sweep.csv, sweep.parquet, summary.csv (atomically), then the plots the grid supports
+    and report.md / report.html, drawn from the folder's own files as ``specsim report``
+    draws them; returns (files written, "plot: why skipped" lines)."""
     try:
         _atomic_write(out / TABLE_CSV, lambda p: table.to_csv(p, index=False))
         _atomic_write(out / TABLE_PARQUET,
                       lambda p: _parquet_safe(table).to_parquet(p, index=False))
         _atomic_write(out / SUMMARY_CSV, lambda p: summary.to_csv(p, index=False))
         written = [TABLE_CSV, TABLE_PARQUET, SUMMARY_CSV, DEFINITION]
-        skipped: list[str] = []
-        if plots and len(table):
-            from specsim.simulator.planning.sweep_plots import write_plots
+        from specsim.simulator.planning.sweep_report import render
 
-            pngs, skipped = write_plots(table, keys, out, _atomic_write)
-            written += pngs
+        more, skipped = render(out, plots)
+        written += more
     except OSError as exc:
         raise ScenarioError(f"--out {out}: could not write the tables "
                             f"({exc.strerror or exc})") from None
@@ -600,7 +633,10 @@ def add_sweep_command(sub) -> None:
                     "processes; write one tidy table (sweep.csv, sweep.parquet: a row per\n"
                     "point and seed, every scalar metric), summary.csv (mean and 95%\n"
                     "t-interval across seeds), sweep.json and the plots the grid supports.\n"
-                    "A killed sweep continues with --resume (only missing runs are run).",
+                    "A killed sweep continues with --resume (only missing runs are run).\n"
+                    "--backend dask --scheduler ADDRESS runs the grid on a Dask cluster\n"
+                    "(without --scheduler: a LocalCluster of --jobs processes); a worker\n"
+                    "lost mid-sweep loses no run, and the table is the local backend's.",
         epilog="example: specsim sweep scenarios/chat.yaml --set speculation.k=0,2,4 "
                "--set workload.synthetic.arrival.rate=2,4,8 --seeds 3 --out runs/sweep",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -613,7 +649,16 @@ def add_sweep_command(sub) -> None:
     p.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="runs per point, seeds = the scenario's seed + 0..N-1 (default 1)")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="worker processes (default min(2, CPU cores))")
+                   help="worker processes (default min(2, CPU cores)); with --backend dask "
+                        "and no --scheduler, the local Dask cluster's workers")
+    p.add_argument("--backend", choices=BACKENDS, default=None,
+                   help="where the runs go: local processes (default) or a Dask distributed "
+                        "cluster (needs pip install 'specsim[dask]'); same rows either way")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="the Dask scheduler, e.g. tcp://10.0.0.5:8786 (implies --backend "
+                        "dask; workers need the same specsim and the scenario at the same "
+                        "path); --backend dask without it starts a LocalCluster of --jobs "
+                        "worker processes here")
     p.add_argument("--out", help="folder for the tables and plots: new or empty (a previous "
                    "sweep only with --resume or --force)")
     p.add_argument("--resume", action="store_true",
@@ -641,6 +686,13 @@ def cmd_sweep(args) -> int:
         raise ScenarioError("--resume: needs --out (the folder of the sweep to finish)")
     if args.resume and args.force:
         raise ScenarioError("--resume and --force: give one (finish the sweep, or replace it)")
+    backend = args.backend or ("dask" if args.scheduler else "local")
+    if backend == "local" and args.scheduler:
+        raise ScenarioError("--scheduler: only with --backend dask")
+    if backend == "dask":  # a missing extra is said before anything else
+        from specsim.simulator.planning.sweep_dask import require
+
+        require()
     grid = parse_set(args.set)
     jobs = args.jobs if args.jobs is not None else max(1, min(2, os.cpu_count() or 1))
     prog = None if args.quiet else Progress(
@@ -651,9 +703,14 @@ def cmd_sweep(args) -> int:
 
     def on_start(info: dict[str, Any]) -> None:
         nonlocal task
+        if info["backend"] == "dask":
+            where = (f"the Dask cluster at {info['scheduler']}" if info["scheduler"] else
+                     f"a local Dask cluster of {info['jobs']} worker process(es)")
+        else:
+            where = f"{info['jobs']} process(es)"
         if not args.quiet:
             err.print(f"sweep: {info['points']} point(s) x {info['seeds']} seed(s) = "
-                      f"{info['runs']} run(s) on {info['jobs']} process(es)"
+                      f"{info['runs']} run(s) on {where}"
                       + (f", {info['already_done']} already done" if info["already_done"]
                          else ""))
         if prog is not None:
@@ -667,7 +724,8 @@ def cmd_sweep(args) -> int:
     try:
         table = run_sweep(args.scenario, grid, seeds=args.seeds, jobs=jobs, out=args.out,
                           resume=args.resume, zipped=args.zip, force=args.force,
-                          plots=not args.no_plots, progress=progress, on_start=on_start)
+                          plots=not args.no_plots, backend=backend, scheduler=args.scheduler,
+                          progress=progress, on_start=on_start)
     finally:
         if prog is not None:
             prog.stop()

@@ -7,7 +7,10 @@
 - throughput_vs_tpot.png: output tokens/s per device vs TPOT P50, Pareto front marked
   (needs two points or more);
 - cost_vs_qps.png: $ per million output tokens vs the arrival rate (needs a rate key).
-Every value is the mean across seeds.
+Every value is the mean across seeds; every axis says its unit in parentheses.
+
+Figures are drawn with matplotlib's object API (``matplotlib.figure.Figure`` on the Agg
+canvas), not pyplot: nothing global is switched, so a notebook's backend keeps working.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ def _means(table, keys: list[str]):
     """Per point: the swept values and the mean of every numeric metric across seeds."""
     import pandas as pd
 
+    if table.attrs:  # run_sweep's frames in attrs would make pandas compare them (ambiguous)
+        table = table.copy(deep=False)
+        table.attrs = {}
     num = table.drop(columns=[c for c in ["seed", *keys] if c in table]).apply(
         pd.to_numeric, errors="coerce")
     m = num.groupby("point", sort=True).mean()
@@ -75,25 +81,71 @@ def pareto(x, y) -> list[int]:
     return sorted(idx, key=lambda i: x[i])
 
 
+#: the plots in the order they are drawn, with the report's caption for each
+PLOTS = (
+    ("tpot_vs_qps.png", "TPOT vs load, per k",
+     "TPOT P50 (solid) and P99 (dashed) against the arrival rate, a line per draft length."),
+    ("speedup_heatmap.png", "Speedup over speculation off",
+     "TPOT P50 of speculation off at the same load and settings / TPOT P50 with speculation "
+     "(above 1: speculation helped)."),
+    ("throughput_vs_tpot.png", "Throughput per device vs TPOT",
+     "Output tokens/s per device against TPOT P50; the Pareto front (the points no other "
+     "beats on both lower TPOT and more tokens/s per device) is marked and labelled."),
+    ("cost_vs_qps.png", "Cost per million output tokens vs load",
+     "$ per million output tokens against the arrival rate (the fleet's price over the "
+     "run's output)."),
+)
+
+
+class _Plt:
+    """The little of pyplot's interface the drawing code uses, on Agg Figures."""
+
+    @staticmethod
+    def subplots(figsize=None):
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=figsize)
+        return fig, fig.subplots()
+
+
+def figures(table, keys: list[str]) -> tuple[list[tuple[str, object]], list[str]]:
+    """The figures the grid supports, unsaved: ([(file name, Figure)], ["name: why
+    skipped"]). ``write_plots`` saves them; tests read their axes."""
+    made: list[tuple[str, object]] = []
+
+    def keep(fig, name: str) -> None:
+        made.append((name, fig))
+
+    skipped = _draw(table, keys, keep)
+    return made, skipped
+
+
 def write_plots(table, keys: list[str], out: Path,
                 atomic: Callable[[Path, Callable[[Path], None]], None]
                 ) -> tuple[list[str], list[str]]:
     """Write the PNGs the grid supports; returns (names written, "name: why skipped")."""
-    import matplotlib
+    written: list[str] = []
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    def save(fig, name: str) -> None:
+        atomic(out / name, lambda p: fig.savefig(p, format="png", dpi=110))
+        written.append(name)
 
+    skipped = _draw(table, keys, save)
+    return written, skipped
+
+
+def _draw(table, keys: list[str], sink: Callable[[object, str], None]) -> list[str]:
+    """Draw each plot the grid supports and hand it to ``sink(fig, name)``; returns the
+    "name: why skipped" lines of the others."""
+    plt = _Plt
     df = _means(table, keys)
     keys = [k for k in keys if df[k].astype(str).nunique() > 1]  # a key held fixed says nothing
     rate = rate_key(keys)
-    written, skipped = [], []
+    skipped: list[str] = []
 
     def save(fig, name: str) -> None:
         fig.tight_layout()
-        atomic(out / name, lambda p: fig.savefig(p, format="png", dpi=110))
-        plt.close(fig)
-        written.append(name)
+        sink(fig, name)
 
     # 1. TPOT vs QPS per k
     if rate is None or K_KEY not in keys:
@@ -165,7 +217,7 @@ def write_plots(table, keys: list[str], out: Path,
         if len(keys) > 1:
             ax.legend(fontsize=7)
         save(fig, "cost_vs_qps.png")
-    return written, skipped
+    return skipped
 
 
 def _speedup_heatmap(plt, df, keys: list[str], rate: str, save, skipped: list[str]) -> None:
@@ -206,7 +258,8 @@ def _speedup_heatmap(plt, df, keys: list[str], rate: str, save, skipped: list[st
                                         for c in piv.columns])
     ax.set_yticks(range(piv.shape[0]), list(piv.index))
     ax.set_xlabel("arrival rate (req/s)")
-    ax.set_ylabel(" / ".join(k.split(".")[-1] for k in spec_keys))
+    ax.set_ylabel(" / ".join(("draft length k" if k == K_KEY else "method")
+                             for k in spec_keys) + " (tokens)")
     ax.set_title("TPOT P50 speedup over speculation off"
                  + (f"\n(mean over {', '.join(others)})" if others else ""), fontsize=9)
     fig.colorbar(im, ax=ax, label="speedup (x, >1 is faster)")

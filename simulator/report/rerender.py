@@ -1,7 +1,17 @@
-"""``specsim report DIR``: write report.md, report.html and the plots again from a run's
-outputs (metrics.json, scenario.json, requests.csv, iterations.csv), e.g. after a run with
-``--no-report`` or with a newer specsim. Only specsim's own report files are replaced, each
-atomically; the folder must be a specsim output."""
+"""``specsim report DIR``: write report.md, report.html and the plots again from a folder's
+own files, e.g. after a run with ``--no-report`` or with a newer specsim. The kind of folder
+is told by its marker files:
+
+- a run (``.specsim-output`` and metrics.json): from metrics.json, scenario.json,
+  requests.csv and iterations.csv;
+- a baseline pair (a run made with ``specsim run --baseline``: metrics.json holds the
+  ``baseline`` section, the speculation-off twin's figures): the same, with the comparison
+  and the two product tables (daily cost and energy, native vs speculative);
+- a sweep (``.specsim-sweep``, sweep.json and sweep.csv): the sweep's plots, and a report
+  with the grid, the assumptions and the per-point summary (planning/sweep_report.py).
+
+Anything else is a one-line error. Only specsim's own report files are replaced, each
+atomically."""
 
 from __future__ import annotations
 
@@ -36,14 +46,50 @@ def _read(folder: Path) -> Result:
     return Result(metrics, req, it, scenario)
 
 
-def rerender(folder: str | Path) -> list[str]:
-    """Regenerate the report files of a run folder; returns the files written."""
+#: the folder kinds ``specsim report`` knows
+RUN, BASELINE, SWEEP = "run", "baseline pair", "sweep"
+SWEEP_MARKER = ".specsim-sweep"  # planning/sweep.py's MARKER (not imported: it is light here)
+
+
+def _marker(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def detect(folder: str | Path) -> str:
+    """RUN, BASELINE or SWEEP from the folder's marker files; a one-line error otherwise."""
     folder = Path(folder)
     if not folder.is_dir():
         raise ScenarioError(f"{folder}: not a folder")
-    if not (folder / MARKER).is_file() or not (folder / "metrics.json").is_file():
-        raise ScenarioError(f"{folder}: not a specsim run output (no {MARKER} and "
-                            "metrics.json); give the --out folder of `specsim run`")
+    run = _marker(folder / MARKER) and (folder / "metrics.json").is_file()
+    sweep = _marker(folder / SWEEP_MARKER) and (folder / "sweep.json").is_file()
+    if run and sweep:
+        raise ScenarioError(f"{folder}: holds both a run's ({MARKER}) and a sweep's "
+                            f"({SWEEP_MARKER}) marker; not touching it")
+    if sweep:
+        return SWEEP
+    if not run:
+        raise ScenarioError(f"{folder}: not a specsim run output or sweep (no {MARKER} with "
+                            f"metrics.json, nor {SWEEP_MARKER} with sweep.json); give the "
+                            "--out folder of `specsim run` or `specsim sweep`")
+    try:
+        metrics = json.loads((folder / "metrics.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ScenarioError(f"{folder}: not a readable specsim run output ({exc})") from None
+    return BASELINE if isinstance(metrics, dict) and metrics.get("baseline") else RUN
+
+
+def rerender(folder: str | Path) -> list[str]:
+    """Regenerate the report files of a run, baseline-pair or sweep folder; returns the
+    files written."""
+    folder = Path(folder)
+    if detect(folder) == SWEEP:
+        from specsim.simulator.planning.sweep_report import render
+
+        try:
+            return render(folder, plots=True)[0]
+        except OSError as exc:
+            raise ScenarioError(f"{folder}: could not write the report "
+                                f"({exc.strerror or exc})") from None
     result = _read(folder)
     tmp = Path(tempfile.mkdtemp(prefix=".report-", dir=folder))
     try:
