@@ -36,6 +36,7 @@ from specsim.simulator.cluster.arrivals import ClosedLoop, OpenLoop
 from specsim.simulator.cluster.worker import Ledger, Worker
 from specsim.simulator.execution.executor import Executor
 from specsim.simulator.execution.kernel import Kernel
+from specsim.simulator.kv import prefix_cache as pc
 from specsim.simulator.kv.blocks import BlockAllocator
 from specsim.simulator.kv.eviction import Newest  # noqa: F401  (registers the eviction policies)
 from specsim.simulator.metrics.collector import Metrics, dist, slo_attainment
@@ -81,6 +82,12 @@ class Deployment:
     def __init__(self, sc: Scenario, base_dir: Path) -> None:
         self.sc = sc
         self.notes: list[str] = []
+        self.pools: dict[str, Deployment] | None = None
+        if sc.get("disaggregation") is not None:  # prefill/decode pools: cluster/pd.py
+            from specsim.simulator.cluster.pd import init_deployment
+
+            init_deployment(self, sc, base_dir)
+            return
         self.seed = int(sc["seed"])
         hw_sec, spec = sc["hardware"], sc["speculation"]
         # --- hardware, model, calibration
@@ -121,6 +128,7 @@ class Deployment:
         self.block_size = int(sc["scheduler"]["block_size"])
         self.kv_blocks = self._kv_blocks(hw_sec["memory_fraction"], drafter_model,
                                          sc["scheduler"]["kv_blocks"])
+        self.kv_cache = self._kv_cache(sc["kv_cache"])
         # --- power and price
         cost = sc["cost"]
         self.price = cost["price_usd_per_hour"] if cost["price_usd_per_hour"] is not None \
@@ -163,6 +171,39 @@ class Deployment:
         if spec["method"] != "none" and spec["k"] == 0:  # k: 0 configures no speculator
             return NoDrafter(), None
         return built
+
+    def _kv_cache(self, kc: Any) -> pc.CacheConfig | None:
+        """``kv_cache:`` in pages and bytes of one worker (None: blocks counted as before).
+        Tier bandwidths are per device: a tensor-parallel group moves its shards at once."""
+        if kc is None or not kc.enabled:
+            return None
+        ps = self.block_size
+        if kc.page_size is not None and kc.page_size != ps:
+            raise ScenarioError(f"kv_cache.page_size: expected scheduler.block_size ({ps}): a "
+                                f"cache page is a KV block, got {kc.page_size}")
+        page_bytes = max(int(round(self.kv_bytes_per_token_device * self.tp * ps)), 1)
+        tiers, names = [], []
+        for i, t in enumerate(kc.tiers):
+            if t["capacity_gb"] * 1e9 < page_bytes:
+                raise ScenarioError(f"kv_cache.tiers.{i}.capacity_gb: {t['capacity_gb']:g} GB "
+                                    f"holds no {page_bytes:,}-byte page of {self.model.name}")
+            tiers.append(pc.TierSpec(t["name"], t["capacity_gb"] * 1e9,
+                                     t["bandwidth_gb_s"] * 1e9 * self.tp, t["latency_s"]))
+            names.append(t["name"])
+        swap_tier = 1 + (names.index(kc.swap_tier) if kc.swap_tier is not None else 0)
+        if tiers:
+            from specsim.simulator.scenario.schema import KvTier
+
+            dflt = {k: KvTier.model_fields[k].default for k in ("bandwidth_gb_s", "latency_s")}
+            self.notes.append("kv_cache tiers (per worker): " + "; ".join(
+                f"{t['name']} {t['capacity_gb']:g} GB at {t['bandwidth_gb_s']:g} GB/s per "
+                f"device + {t['latency_s'] * 1e6:g} us"
+                + (" (assumed link defaults)" if any(t[k] == v for k, v in dflt.items())
+                   else "") for t in kc.tiers)
+                + "; promotions and swaps are charged to the iteration that needs them, "
+                  "demotions are background write-backs (not charged)")
+        return pc.CacheConfig(bool(kc.prefix_cache), ps, page_bytes, kc.eviction, tiers,
+                              kc.preemption == "swap", swap_tier, bool(kc.layerwise_loading))
 
     def _kv_blocks(self, fraction: float, drafter: Any, explicit: int | None = None) -> int:
         """KV blocks per worker: what ``fraction`` of memory holds after the weights, or the
@@ -221,6 +262,7 @@ class Simulation:
         self.method, self.drafter, self.controller = d.method, d.drafter, d.controller
         self.overlap_draft, self.acceptance = d.overlap_draft, d.acceptance
         self.block_size, self.kv_blocks = d.block_size, d.kv_blocks
+        self.kv_cache = d.kv_cache
         self.price, self.power_idle, self.power_max = d.price, d.power_idle, d.power_max
         self.peak_flops, self.hbm_bw = d.peak_flops, d.hbm_bw
         # --- requests: the memory check comes before any per-request array
@@ -235,7 +277,15 @@ class Simulation:
         self.horizon = sc["simulation"]["horizon_s"]
         self.record_iterations = sc["simulation"]["record_iterations"]
         self.env = simpy.Environment()
-        self.metrics = Metrics()
+        kc = self.kv_cache
+        self.metrics = Metrics() if kc is None else Metrics(extra=(
+            "kv_cached_blocks", *(f"kv_{t.name}_blocks" for t in kc.tiers), "kv_transfer_s"))
+        if kc is not None:  # per-request prefix-cache columns, read by the kernel and KV
+            t = self.table
+            t.kv_shared = np.zeros(t.n, np.int64)
+            t.kv_hit_tokens = np.zeros(t.n, np.int64)
+            t.kv_xfer_s = np.zeros(t.n)
+            keys = pc.PrefixKeys(t, self.block_size)
         closed = trace.attrs.get("closed_loop")
         self.arrivals = (ClosedLoop(self, closed, self.seed) if closed is not None
                          else OpenLoop(self))
@@ -251,14 +301,20 @@ class Simulation:
         self.workers = []
         for i in range(self.n_workers):
             kernel = Kernel(self.table, executor, self.acceptance, self.alpha_table,
-                            self.drafter, self.block_size, self.kv_blocks)
+                            self.drafter, self.block_size, self.kv_blocks,
+                            compiled=sc["simulation"]["compiled"])
+            if kc is None:
+                kv = BlockAllocator(self.kv_blocks, self.block_size)
+            else:
+                kv = pc.PrefixKV(self.kv_blocks, self.block_size, self.table, keys, kc)
+                kernel.shared = self.table.kv_shared
             ledger = Ledger(self.tp, self.peak_flops, self.hbm_bw, self.power_idle,
                             self.power_max)
             self.workers.append(Worker(
                 i, self.env, self.table,
                 sched_cls(s["max_batch"], s["token_budget"], s["chunked_prefill"],
                           s["max_queue"]),
-                kernel, BlockAllocator(self.kv_blocks, self.block_size), self.controller,
+                kernel, kv, self.controller,
                 self.drafter, ledger, self.metrics, multi_step=multi_step,
                 record_iterations=self.record_iterations, on_finish=self.on_finish,
                 arrival_hint=self.next_arrival_hint,
@@ -269,6 +325,11 @@ class Simulation:
         self.rejected_reasons: dict[str, int] = {}
         self.next_rid = 0  # requests before this one have arrived (or been sent)
         self._plan_arrivals()
+        self.pd = None
+        if d.pools is not None:  # prefill/decode pools (cluster/pd.py): the workers above
+            from specsim.simulator.cluster.pd import PDCluster  # are the decode pool
+
+            self.pd = PDCluster(self, d.pools)
         self.env.process(self.arrivals.process())
 
     def _context_notes(self, trace: pd.DataFrame) -> None:
@@ -350,6 +411,8 @@ class Simulation:
 
     def _route(self, rid: int) -> Worker:
         """Ask the router; a router that reads load sees every worker synced to now."""
+        if self.pd is not None:  # PD: the prefill pool (or a decode worker, conditionally)
+            return self.pd.route(rid)
         t, now = self.table, self.env.now
         snaps = None
         if self.router.reads_load:
@@ -399,7 +462,7 @@ class Simulation:
         kv_peak = max((w.kv.peak for w in self.workers), default=0) / max(self.kv_blocks, 1)
         drafted = int(t.drafted.sum())
         cal = self.calibration
-        return {
+        out = {
             "scenario": sc["name"],
             "seed": self.seed,
             "requests_arrived": arrived,
@@ -427,7 +490,7 @@ class Simulation:
             "busy_fraction": busy / (self.n_workers * now) if now else 0.0,
             "kv_peak_utilization": kv_peak,
             "kv_blocks_per_worker": self.kv_blocks,
-            "kv_blocks_used_at_end": int(sum(w.kv.used for w in self.workers)),
+            "kv_blocks_used_at_end": int(sum(w.kv.held for w in self.workers)),
             "preemptions": int(sum(w.preemptions for w in self.workers)),
             "iterations": int(sum(w.ledger.iterations for w in self.workers)),
             "cost_usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
@@ -451,6 +514,11 @@ class Simulation:
             "hardware_calibrated": bool(cal.calibrated and cal.hardware == self.hw.name),
             "notes": list(self.notes),
         }
+        if self.kv_cache is not None:  # only with kv_cache: other runs' metrics as before
+            out["kv_cache"] = pc.summary(self)
+        if self.pd is not None:  # PD: the fleet sums the pools; the link's numbers
+            self.pd.amend_summary(out, now)
+        return out
 
     def _speculation_metrics(self, busy: float) -> dict[str, Any]:
         """Where the busy time and energy went (accepted, bonus, wasted, prompt work), the
@@ -486,11 +554,15 @@ class Simulation:
         t = self.table
         for w in self.workers:
             held = int(t.blocks[t.worker == w.wid].sum())
-            if held != w.kv.used:
-                raise AssertionError(f"worker {w.wid}: allocator has {w.kv.used} blocks used, "
+            if held != w.kv.held:
+                raise AssertionError(f"worker {w.wid}: allocator has {w.kv.held} blocks held, "
                                      f"requests hold {held}")
         if not np.array_equal(t.generated, t.accepted + t.bonus):
             raise AssertionError("output tokens != accepted + bonus tokens")
+        if self.kv_cache is not None:  # every tier: blocks free or cached; tokens conserved
+            pc.check_invariants(self)
+        if self.pd is not None:  # PD: arrivals accounted for, tokens over the link, no leak
+            self.pd.check(self.horizon)
 
 
 def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,
@@ -564,7 +636,13 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
     iters = sim.metrics.iterations_frame()
     if not sim.record_iterations:  # no rows, but the columns (iterations.csv keeps its header)
         iters = iters.iloc[:0]
-    return Result(metrics, sim.table.frame(), iters, sc.dump(), sim.notes)
+    frame = sim.table.frame()
+    if sim.kv_cache is not None:  # per request: prompt tokens found cached, transfer time
+        frame["prefix_hit_tokens"] = sim.table.kv_hit_tokens
+        frame["kv_transfer_s"] = sim.table.kv_xfer_s
+    if sim.pd is not None:  # PD: where each request was prefilled, its KV transfer
+        sim.pd.amend_frame(frame)
+    return Result(metrics, frame, iters, sc.dump(), sim.notes)
 
 
 def finite_or_none(x: Any) -> Any:

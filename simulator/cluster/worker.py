@@ -12,6 +12,7 @@ exactly equal to running its steps one by one.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -107,6 +108,11 @@ class WorkerSnapshot:
     kv_used_blocks: int
     kv_free_blocks: int
     kv_total_blocks: int
+    #: blocks the requests hold privately (with a prefix cache, used = held + cached pages)
+    kv_held_blocks: int | None = None
+    #: read-only prefix match (with ``kv_cache.prefix_cache``): rid -> tokens of its prompt
+    #: cached on this worker, per tier (HBM first); None without a prefix cache
+    prefix_hit: Callable[[int], tuple[int, ...]] | None = None
 
     @property
     def load(self) -> int:
@@ -143,6 +149,10 @@ class Worker:
         self.run = np.zeros(0, np.int64)
         self.waiting: deque[int] = deque()
         self.preemptions = 0
+        # a KV pool with a prefix cache / tiers / swap (simulator/kv/prefix_cache.py)
+        self.cache = kv if hasattr(kv, "admit") else None
+        self.preempt_kinds = {"recompute": 0, "swap": 0}
+        self._seg_xfer = 0.0  # transfer time charged to step 0 of the current segment
         self.seg: Segment | None = None
         self._wake = None  # an idle worker waits on this
         self._planned_steps = 16  # adaptive segment length (speed only, never results)
@@ -154,8 +164,12 @@ class Worker:
         return len(self.run) + len(self.waiting)
 
     def snapshot(self) -> WorkerSnapshot:
-        return WorkerSnapshot(self.wid, len(self.waiting), len(self.run), self.kv.used,
-                              self.kv.free, self.kv.total)
+        if self.cache is None:
+            return WorkerSnapshot(self.wid, len(self.waiting), len(self.run), self.kv.used,
+                                  self.kv.free, self.kv.total)
+        c = self.cache
+        return WorkerSnapshot(self.wid, len(self.waiting), len(self.run), c.used, c.free,
+                              c.total, c.held, c.peek if c.prefix else None)
 
     def submit(self, rid: int) -> None:
         """A request joins the queue; the iteration in progress finishes first."""
@@ -205,7 +219,11 @@ class Worker:
             steps = 1
             if self.multi_step and shape.uniform and not self.waiting:
                 steps = self._segment_length()
+            if self.cache is not None:  # what steps 1.. may hold: their evictions succeed
+                self.kernel.kv_limit, self.kernel.kv_limit_kept = self.cache.segment_limits()
             seg = self.kernel.plan(shape, env.now, steps, self.policy.fixed_k)
+            if self.cache is not None:
+                self._charge_transfer(seg)
             seg.reason = self.metrics.reason_code(self.policy.reason)
             if steps > 1 and self._hint is not None:
                 # end where the foreseen arrival would cut it anyway: no interrupt needed
@@ -245,11 +263,32 @@ class Worker:
             return self.MAX_STEPS
         return min(max(int(ahead / self._last_dt) + 1, 2), self.MAX_STEPS)
 
+    def _charge_transfer(self, seg: Segment) -> None:
+        """KV moved between tiers for this iteration (promotions, swaps) delays its step 0:
+        by the transfer time, or, with layer-wise loading, by what the compute does not
+        hide."""
+        x = self.cache.take_pending()
+        self._seg_xfer = x
+        if x <= 0:
+            return
+        add = max(x - float(seg.dt[0]), 0.0) if self.cache.cfg.overlap else x
+        if add > 0:
+            seg.dt[0] += add
+            seg.end += add
+            seg.start[1:] += add
+
     def _commit(self, upto: int) -> None:
         seg = self.seg
         first = seg.done
         finished = self.kernel.commit(seg, upto, self.kv, self.ledger, self.metrics, self.wid,
                                       self.record)
+        if self.cache is not None:  # evictions and inserts step by step, as if run so
+            self.cache.commit_steps(seg, first, upto)
+            if self.record and upto > first:
+                xfer = np.zeros(upto - first)
+                if first == 0:
+                    xfer[0] = self._seg_xfer
+                self.metrics.fill_extra(upto - first, *self.cache.tier_use(), xfer)
         if self.adaptive:  # what each committed step accepted, for the policy's estimates
             for s in range(first, upto):
                 self.policy.observe(seg.rows, seg.k[s], seg.acc[s], seg.emit[s],
@@ -274,10 +313,17 @@ class Worker:
             victims.append(rid)
         gone = np.isin(self.run, victims)
         for rid in self.run[gone][::-1].tolist():  # the batch's order kept at the queue front
-            kv.release(int(t.blocks[rid]))
-            t.blocks[rid] = 0
-            t.kv_len[rid] = 0
-            t.prefill_target[rid] = t.prompt[rid] + t.generated[rid]
+            if self.cache is not None:  # swap out, or cache its pages for the recompute
+                kind = self.cache.preempt(rid)
+                self.preempt_kinds[kind] += 1
+                if kind == "recompute":
+                    t.kv_len[rid] = 0
+                    t.prefill_target[rid] = t.prompt[rid] + t.generated[rid]
+            else:
+                kv.release(int(t.blocks[rid]))
+                t.blocks[rid] = 0
+                t.kv_len[rid] = 0
+                t.prefill_target[rid] = t.prompt[rid] + t.generated[rid]
             t.preemptions[rid] += 1
             t.status[rid] = rq.QUEUED
             self.waiting.appendleft(rid)

@@ -72,11 +72,29 @@ class Segment:
         return min(int(np.searchsorted(self.start[: self.m], t, side="left")), self.m)
 
 
+def _compiled(kernel, mode: bool | str):
+    """The compiled kernel for ``simulation.compiled`` (auto: when numba is installed)."""
+    if mode is False:
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("numba") is None:
+        if mode is True:
+            from specsim.errors import ScenarioError
+
+            raise ScenarioError("simulation.compiled: true needs numba (pip install numba), "
+                                "which is not installed; use auto or false")
+        return None
+    from specsim.simulator.execution import kernel_jit
+
+    return kernel_jit.Compiled(kernel)
+
+
 class Kernel:
     """Plans and commits segments for one worker; holds what pricing and sampling need."""
 
     def __init__(self, table, executor, acceptance, alpha_table, drafter, block_size: int,
-                 kv_total: int) -> None:
+                 kv_total: int, compiled: bool | str = "auto") -> None:
         self.t = table
         self.executor = executor
         self.acceptance = acceptance
@@ -84,15 +102,28 @@ class Kernel:
         self.drafter = drafter
         self.bs = block_size
         self.kv_total = kv_total
+        # prefix cache (simulator/kv/prefix_cache.py): ``shared`` = the table's kv_shared
+        # column (tokens of each row's KV in shared cache pages, not in its own blocks). The
+        # worker sets two limits before each plan (PrefixKV.segment_limits): the blocks the
+        # rows may hold in a step of steps 1.. (what locked cached pages leave) and, where
+        # evictions must demote, that plus the blocks of rows finished earlier in the
+        # segment (their pages are cached, so they compete for the lower tier's room)
+        self.shared: np.ndarray | None = None
+        self.kv_limit = kv_total
+        self.kv_limit_kept: int | None = None
         # speculation metrics: accepted drafts per step per class (0..k), policy decisions
         n_cls = max(int(alpha_table.shape[0]), 1)
         self.accept_hist = np.zeros((n_cls, 65), np.int64) if drafter.name != "none" else None
         self.reason_iterations: dict[int, int] = {}
         self.reason_changes = 0
         self.last_reason: int | None = None
+        # simulation.compiled: the same plan and commit compiled with numba (kernel_jit.py)
+        self._jit = _compiled(self, compiled)
 
     def plan(self, shape: StepShape, now: float, steps: int, fixed_k: int | None) -> Segment:
         """Plan up to ``steps`` iterations starting at ``now`` (1 unless ``fixed_k`` is set)."""
+        if self._jit is not None and self._jit.plans:
+            return self._jit.plan(shape, now, steps, fixed_k)
         t, rows = self.t, shape.rows
         B = len(rows)
         S = steps if fixed_k is not None and steps > 1 else 1
@@ -151,20 +182,27 @@ class Kernel:
         # KV: blocks held before each step, needed during it, kept after it (0 once done)
         bs = self.bs
         kvb = t.kv_len[rows][None, :] + np.cumsum(kv_add, axis=0) - kv_add
-        need = -(-(kvb + q) // bs)
-        held = -(-kvb // bs)
+        kvp = kvb if self.shared is None else kvb - self.shared[rows][None, :]
+        need = -(-(kvp + q) // bs)
+        held = -(-kvp // bs)
         blocks0 = t.blocks[rows]
         held[0] = blocks0
         if S > 1 and has_pre:  # a prefill keeps its reserve
             held[1] = np.where(pre0, np.maximum(blocks0, need[0]), held[1])
         during_rows = np.where(alive, np.maximum(held, need), 0)
-        after_rows = np.minimum(during_rows, -(-(kvb + kv_add) // bs))
+        after_rows = np.minimum(during_rows, -(-(kvp + kv_add) // bs))
         if has_pre:
             after_rows[0] = np.where(pre0, during_rows[0], after_rows[0])
         after_rows[finishing] = 0
         during = during_rows.sum(axis=1)
         if S > 1:
-            ok[1:] &= during[1:] <= self.kv_total
+            if self.shared is None:
+                ok[1:] &= during[1:] <= self.kv_total
+            else:
+                ok[1:] &= during[1:] <= self.kv_limit
+                if self.kv_limit_kept is not None:
+                    kept = np.cumsum(np.where(finishing, during_rows, 0).sum(axis=1))
+                    ok[1:] &= during[1:] + kept[:-1] <= self.kv_limit_kept
         # price every step: drafting + one verification pass over every row's q tokens
         ctx = np.where(alive, kvb, 0).astype(np.float64)
         qf = q.astype(np.float64)
@@ -201,6 +239,8 @@ class Kernel:
         a, b = seg.done, upto
         if b <= a:
             return seg.rows[:0]
+        if self._jit is not None and self._jit.commits(ledger):
+            return self._jit.commit(seg, upto, kv, ledger, metrics, wid, record)
         t, rows = self.t, seg.rows
         sl = slice(a, b)
         emit, alive, end = seg.emit[sl], seg.alive[sl], seg.end[sl]

@@ -21,6 +21,12 @@ class BlockAllocator:
     def free(self) -> int:
         return self.total - self.used
 
+    @property
+    def held(self) -> int:
+        """Blocks the requests hold (all of them here; a prefix cache also has cached
+        pages, see prefix_cache.PrefixKV)."""
+        return self.used
+
     def blocks_for(self, tokens):
         """Blocks needed to hold ``tokens`` tokens (works on arrays)."""
         return -(-tokens // self.block_size)

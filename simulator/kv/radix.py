@@ -17,11 +17,12 @@ Besides cached pages, the top tier holds pages the structure does not key: tenta
 (draft and verify tokens, ``reserve_tentative`` until ``commit_tentative`` or
 ``release_tentative``) and held pages (a running request's private pages,
 ``allocate`` / ``free``); both count against its capacity, so long drafts compete with
-cached prefixes and batch size.
+cached prefixes and batch size. Any tier may also hold parked pages (a swapped-out
+request's KV, ``park`` / ``unpark``): unkeyed, counted against that tier's capacity.
 
 Invariants (``RadixCache.check`` asserts 1, 3, 5 and 6; the tests check all of them):
 
-1. Conservation: for every tier, pages in use (cached + tentative + held) + free pages =
+1. Conservation: for every tier, pages in use (cached + parked + tentative + held) + free pages =
    capacity, and 0 <= in use <= capacity; the running counts equal a walk of the tree.
 2. A locked node (one on the path of any ``lock``) is never evicted or demoted.
 3. Reference counts: every node's count is >= 0 and >= the sum of its children's counts
@@ -223,6 +224,7 @@ class RadixCache:
         self._locked = [0] * n  # cached pages on locked paths, per tier
         self._tentative = 0
         self._held = 0
+        self._parked = [0] * n  # swapped-out KV parked in a tier (unkeyed)
         self._heaps: list[list] = [[] for _ in range(n)]
         self._seq = count()
         self._clock = 0
@@ -258,11 +260,16 @@ class RadixCache:
 
     def used_pages(self, tier: str | int = 0) -> int:
         t = self._t(tier)
-        return self._cached[t] + (self._tentative + self._held if t == 0 else 0)
+        return (self._cached[t] + self._parked[t]
+                + (self._tentative + self._held if t == 0 else 0))
 
     def free_pages(self, tier: str | int = 0) -> int:
         t = self._t(tier)
-        return self._cap[t] - self._cached[t] - (self._tentative + self._held if t == 0 else 0)
+        return (self._cap[t] - self._cached[t] - self._parked[t]
+                - (self._tentative + self._held if t == 0 else 0))
+
+    def parked_pages(self, tier: str | int = 0) -> int:
+        return self._parked[self._t(tier)]
 
     @property
     def tentative_pages(self) -> int:
@@ -273,7 +280,8 @@ class RadixCache:
         return self._held
 
     def pages_per_tier(self) -> dict[str, int]:
-        """Pages in use per tier (cached, plus tentative and held in the top tier)."""
+        """Pages in use per tier (cached and parked, plus tentative and held in the top
+        tier)."""
         return {t.name: self.used_pages(i) for i, t in enumerate(self.tiers)}
 
     def evictable_pages(self, tier: str | int = 0) -> int:
@@ -585,12 +593,12 @@ class RadixCache:
         locks prevent it, after freeing what it could)."""
         return self._make_room(self._t(tier), n_pages)
 
-    def _room_for(self, n_pages: int) -> bool:
-        """All or nothing in the top tier: nothing is evicted when even every unlocked
+    def _room_for(self, n_pages: int, t: int = 0) -> bool:
+        """All or nothing in tier ``t``: nothing is evicted when even every unlocked
         page would not be enough."""
-        if n_pages - self.free_pages(0) > self._cached[0] - self._locked[0]:
+        if n_pages - self.free_pages(t) > self._cached[t] - self._locked[t]:
             return False
-        return self._make_room(0, n_pages)
+        return self._make_room(t, n_pages)
 
     def path(self, node: TreeNode | MatchResult) -> list[TreeNode]:
         """The nodes from the root (excluded) down to ``node``."""
@@ -690,6 +698,31 @@ class RadixCache:
                                f"({self._held} held)")
         self._held -= n_pages
 
+    def resize_held(self, delta: int) -> None:
+        """Change the held pages by ``delta`` without making room (the caller already
+        checked it fits: a committed stretch of iterations)."""
+        held = self._held + delta
+        if held < 0 or delta > self.free_pages(0):
+            raise RuntimeError(f"radix cache: cannot hold {held} pages ({self._held} held, "
+                               f"{self.free_pages(0)} free)")
+        self._held = held
+
+    def park(self, n_pages: int, tier: str | int) -> bool:
+        """Park ``n_pages`` unkeyed pages in ``tier`` (a swapped-out request's KV), making
+        room there by demoting / evicting cached pages; all or nothing."""
+        t = self._t(tier)
+        if n_pages < 0 or not self._room_for(n_pages, t):
+            return False
+        self._parked[t] += n_pages
+        return True
+
+    def unpark(self, n_pages: int, tier: str | int) -> None:
+        t = self._t(tier)
+        if not 0 <= n_pages <= self._parked[t]:
+            raise RuntimeError(f"radix cache: cannot unpark {n_pages} pages "
+                               f"({self._parked[t]} parked in {self.tiers[t].name})")
+        self._parked[t] -= n_pages
+
     def distinct_new_pages(self, keys: Iterable[Sequence[int]]) -> int:
         """Pages needed to hold all ``keys`` (e.g. a draft tree's branches): pages shared by
         several keys count once, pages already cached count zero. Read-only."""
@@ -773,7 +806,7 @@ class RadixCache:
             used = self.used_pages(t)
             if cached[t] != self._cached[t] or not 0 <= used <= self._cap[t] \
                     or used + self.free_pages(t) != self._cap[t] \
-                    or self._tentative < 0 or self._held < 0:
+                    or self._tentative < 0 or self._held < 0 or self._parked[t] < 0:
                 raise RuntimeError(f"radix invariant 1: tier {tier.name}: {cached[t]} cached "
                                    f"(counted {self._cached[t]}), {used} used of "
                                    f"{self._cap[t]}")

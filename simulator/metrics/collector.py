@@ -80,13 +80,17 @@ class Metrics:
     """Collects per-delivery ITL and per-iteration rows during a run.
 
     Iteration rows go into one growable float64 table (doubling capacity): one row at a
-    time from the step-by-step path, a block of m rows from the fast path.
+    time from the step-by-step path, a block of m rows from the fast path. ``extra``
+    names columns after ``ITER_COLUMNS`` (the KV tiers' use with a prefix cache), filled by
+    ``fill_extra`` for the rows just added; without them the table is as before.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, extra: tuple[str, ...] = ()) -> None:
         self.itl = LogHistogram()
         self.reasons: dict[str, int] = {}  # speculation-policy decisions, coded in the log
-        self._buf = np.empty((4096, len(ITER_COLUMNS)))
+        self.extra = tuple(extra)
+        self._width = len(ITER_COLUMNS) + len(self.extra)
+        self._buf = np.empty((4096, self._width))
         self._n = 0
 
     def add_itl(self, gaps: np.ndarray) -> None:
@@ -94,7 +98,7 @@ class Metrics:
 
     def _reserve(self, m: int) -> None:
         if self._n + m > len(self._buf):
-            grown = np.empty((max(2 * len(self._buf), self._n + m), len(ITER_COLUMNS)))
+            grown = np.empty((max(2 * len(self._buf), self._n + m), self._width))
             grown[: self._n] = self._buf[: self._n]
             self._buf = grown
 
@@ -111,13 +115,22 @@ class Metrics:
         block = self._buf[self._n:self._n + m]
         for i, c in enumerate(cols):
             block[:, i] = c
+        if self.extra:
+            block[:, len(ITER_COLUMNS):] = 0.0
         self._n += m
+
+    def fill_extra(self, m: int, *cols) -> None:
+        """The ``extra`` columns of the last ``m`` rows (scalars broadcast)."""
+        block = self._buf[self._n - m:self._n]
+        for i, c in enumerate(cols):
+            block[:, len(ITER_COLUMNS) + i] = c
 
     def iterations_frame(self) -> pd.DataFrame:
         data = self._buf[: self._n]
-        df = pd.DataFrame({name: data[:, i].copy() for i, name in enumerate(ITER_COLUMNS)})
+        names = ITER_COLUMNS + self.extra
+        df = pd.DataFrame({name: data[:, i].copy() for i, name in enumerate(names)})
         for c in ("worker", "batch_size", "decode_seqs", "prefill_seqs", "drafted_tokens",
-                  "kv_blocks_used"):
+                  "kv_blocks_used", *(c for c in self.extra if c.endswith("_blocks"))):
             df[c] = df[c].astype(np.int64)
         names = np.array(list(self.reasons) or [""], dtype=object)
         df["policy_reason"] = names[df["policy_reason"].to_numpy().astype(np.int64)]

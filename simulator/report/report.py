@@ -856,6 +856,86 @@ def _baseline_section(v: _View) -> str | None:
     return "\n".join(out)
 
 
+def _kv_cache_section(v: _View) -> str | None:
+    """The prefix cache and its tiers (only for runs with ``kv_cache:``)."""
+    kc = v.m.get("kv_cache")
+    if not isinstance(kc, dict):
+        return None
+
+    def n(x: Any) -> str:
+        return f"{int(x):,}" if _finite(x) else "n/a"
+
+    tiers = kc.get("tiers") or {}
+    hit_t, hit_b = kc.get("hit_tokens") or {}, kc.get("hit_blocks") or {}
+    rate = kc.get("hit_rate") or {}
+    rows = [[str(name), n(t.get("capacity_blocks_per_worker")), n(hit_t.get(name)),
+             n(hit_b.get(name)), _pct(rate.get(name)), n(t.get("used_blocks_at_end"))]
+            for name, t in tiers.items()]
+    rows.append(["all tiers", "-", n(sum(hit_t.values())), n(sum(hit_b.values())),
+                 _pct(rate.get("total")), "-"])
+    tab = _md_table(["tier", "capacity (blocks/worker)", "hit tokens", "hit blocks",
+                     "hit rate (of tokens looked up)", "in use at the end (all workers)"],
+                    rows)
+    moved = kc.get("bytes_moved") or {}
+    moved_txt = ", ".join(f"{k}: {_num(b / 1e9)} GB" for k, b in moved.items()) or "none"
+    kinds = kc.get("preemptions_by_kind") or {}
+    xfer = kc.get("ttft_transfer_s") or {}
+    return "\n".join([
+        tab, "",
+        f"Prefix cache {'on' if kc.get('prefix_cache') else 'off'} "
+        f"({kc.get('eviction')} eviction, {n(kc.get('page_tokens'))}-token pages); "
+        f"{n(kc.get('lookups'))} lookups over {n(kc.get('lookup_tokens'))} prompt tokens, "
+        f"{n(kc.get('prefill_tokens_saved'))} tokens not prefilled. Moved between tiers: "
+        f"{moved_txt}. Preemptions: {n(kinds.get('recompute'))} by recompute, "
+        f"{n(kinds.get('swap'))} by swap ({n(kc.get('swap_fallbacks'))} swaps fell back to "
+        f"recompute). Transfer time inside TTFT: mean {_num(xfer.get('mean'), 1e3)} ms, max "
+        f"{_num(xfer.get('max'), 1e3)} ms ({_pct(kc.get('ttft_transfer_fraction'))} of all "
+        f"TTFT; {'overlapped with compute (layer-wise loading)' if kc.get('layerwise_loading') else 'not overlapped with compute'}).",
+    ])
+
+
+def _pd_section(v: _View) -> str | None:
+    """The pools and the KV link of a disaggregated run (``metrics.disaggregation``)."""
+    pd = v.m.get("disaggregation")
+    if not isinstance(pd, dict):
+        return None
+    rows = []
+    for name, p in (pd.get("pools") or {}).items():
+        rows.append([name, f"{p.get('devices', '?')} x {p.get('accelerator', '?')}",
+                     f"{p.get('workers', '?')} (TP {p.get('tensor_parallel', '?')})",
+                     _pct(p.get("busy_fraction")), _pct(p.get("kv_peak_utilization")),
+                     _num(p.get("price_usd_per_device_hour")), _num(p.get("cost_usd")),
+                     _num(p.get("energy_j"))])
+    tab = _md_table(["pool", "devices", "workers", "busy", "KV peak", "USD/device-h",
+                     "cost (USD)", "energy (J)"], rows, "lllrrrrr")
+    link = pd.get("link") or {}
+    xfer, wait = pd.get("transfer_s") or {}, pd.get("link_wait_s") or {}
+    where = "one link shared by all" if link.get("shared") else \
+        f"{link.get('links', '?')} links, one per prefill worker"
+    lines = [tab, "", _md_table(["KV link", "value"], [
+        ["bandwidth, latency", f"{_num(link.get('bandwidth_gb_s'))} GB/s, "
+                               f"{_num(link.get('latency_s'), 1e6)} us ({where})"],
+        ["transfers", f"{pd.get('transfers', 0):,}"],
+        ["bytes moved", f"{_num(pd.get('bytes_moved'), 1e-9)} GB"],
+        ["transfer time mean / p50 / p99 (ms)",
+         f"{_num(xfer.get('mean'), 1e3)} / {_num(xfer.get('p50'), 1e3)} / "
+         f"{_num(xfer.get('p99'), 1e3)}"],
+        ["waiting for the link mean / p99 (ms)",
+         f"{_num(wait.get('mean'), 1e3)} / {_num(wait.get('p99'), 1e3)}"],
+        ["link busy", _pct(link.get("busy_fraction"))],
+        ["share of TTFT on the link (mean)", _pct(pd.get("transfer_share_of_ttft"))],
+        ["prefilled on a decode worker (prefix held there)",
+         f"{pd.get('prefilled_on_decode_pool', 0):,}"],
+    ], "lr"), "",
+        "Prefill workers run each prompt and sample its first token; its KV (prompt tokens x "
+        f"{_num(pd.get('kv_bytes_per_token'))} bytes, target + drafter) then crosses the link "
+        "(bytes / bandwidth + latency, transfers first come first served on a link) to the "
+        f"decode worker `{pd.get('decode_router', '?')}` picks. TTFT includes the wait for "
+        "the link and the transfer (the first token reaches the user with the hand-off). Fleet "
+        "cost and energy above are the two pools added."]
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------- entry point
 def write_report(result: Any, out_dir: Path) -> None:
     """Write ``report.md`` and its PNGs (relative links) into ``out_dir``."""
@@ -875,7 +955,13 @@ def write_report(result: Any, out_dir: Path) -> None:
     ctab = _class_table(v)
     if ctab:
         parts += ["## Per workload class", "", ctab, ""]
+    kv = _kv_cache_section(v)
+    if kv:
+        parts += ["## KV cache: prefix hits, tiers and transfers", "", kv, ""]
     parts += ["## Cost and energy", "", _cost_section(v), ""]
+    pd = _pd_section(v)
+    if pd:
+        parts += ["## Prefill/decode disaggregation", "", pd, ""]
     base = _baseline_section(v)
     if base:
         parts += ["## Speculation against none (`--baseline`)", "", base, ""]

@@ -28,9 +28,11 @@ from pydantic import (
 from specsim import messages
 from specsim.errors import ScenarioError
 from specsim.messages import fail, fail_key, own_message, unknown_key
+from specsim.simulator.kv import radix as _radix  # noqa: F401  (registers lru, lfu, priority)
 from specsim.simulator.registry import (
     BATCH_SCHEDULERS,
     EVICTION,
+    RADIX_EVICTION,
     ROUTERS,
     SPECULATION_POLICIES,
     Registry,
@@ -154,6 +156,18 @@ Ref = Annotated[str | dict[str, Any], BeforeValidator(
     _typed(str | dict, "a catalog name or an inline mapping"))]
 OptRef = Annotated[str | dict[str, Any] | None, BeforeValidator(
     _typed(str | dict, "a catalog name or an inline mapping", nullable=True))]
+
+
+def _auto_or_bool(value: Any) -> Any:
+    if value == "auto" or isinstance(value, bool):
+        return value
+    raise fail(f"expected auto, true or false, got {show(value)}")
+
+
+_auto_or_bool.kind = "choice"
+_auto_or_bool.choices = ("auto", True, False)
+AutoBool = Annotated[str | bool, BeforeValidator(_auto_or_bool),
+                     Field(json_schema_extra={"enum": ["auto", True, False]})]
 
 
 def _registered(registry: Registry):
@@ -523,6 +537,99 @@ class Router(Section):
     policy: Policy(ROUTERS) = "round_robin"
 
 
+class KvTier(Section):
+    """One ``kv_cache.tiers`` entry: a memory tier below HBM, per worker. No catalog entry
+    gives host memory, so ``capacity_gb`` is required; the link defaults are assumed."""
+
+    name: Str = Field(description="e.g. host_dram, remote_dram, ssd (unique)")
+    capacity_gb: Float(0.0, 1e9, exclusive_lo=True) = Field(
+        description="GB (1e9 bytes) of this worker's KV the tier holds (required)")
+    bandwidth_gb_s: Float(1e-3, 1e6) = Field(
+        25.0, description="GB/s per device between this tier and the one above (assumed "
+                          "default: a PCIe Gen5 x16 host link's practical copy rate)")
+    latency_s: Float(0.0, 60.0) = Field(1e-5, description="per transfer (assumed default)")
+
+
+def _tiers_in(value: Any) -> Any:
+    """``kv_cache.tiers``: a list of tier mappings, fastest first, names unique."""
+    if value is None:
+        return []
+    if not isinstance(value, list | tuple):
+        raise fail(f"expected a list of tiers ({{name, capacity_gb, bandwidth_gb_s, "
+                   f"latency_s}} mappings), got {show(value)}")
+    if len(value) > 8:
+        raise fail(f"expected at most 8 tiers, got {len(value)}")
+    out, names = [], set()
+    for i, item in enumerate(value):
+        if isinstance(item, KvTier):
+            tier = item
+        else:
+            if not isinstance(item, dict):
+                raise fail_key(str(i), f"expected a mapping (name, capacity_gb, "
+                                       f"bandwidth_gb_s, latency_s), got {show(item)}")
+            try:
+                tier = KvTier.model_validate(item)
+            except ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                sub = ".".join(str(p) for p in err["loc"])
+                own = own_message(err, sub)
+                if own is None:
+                    if err["type"] == "extra_forbidden":
+                        own = f"{sub}: " + unknown_key(err["loc"][-1], list(KvTier.model_fields))
+                    elif err["type"] == "missing":
+                        own = f"{sub}: required key is missing"
+                    else:
+                        own = f"{sub}: {err['msg']}"
+                key, msg = own.split(": ", 1)
+                raise fail_key(f"{i}.{key}", msg) from None
+        if tier.name in names or tier.name == "hbm":
+            raise fail_key(f"{i}.name", f"expected a unique name other than 'hbm', got "
+                                        f"{show(tier.name)}")
+        names.add(tier.name)
+        out.append(tier.model_dump())
+    return out
+
+
+_tiers_in.kind = "list"
+Tiers = Annotated[list[dict[str, Any]], BeforeValidator(_tiers_in)]
+
+
+class KvCache(Section):
+    """``kv_cache:``: a radix prefix cache per worker, tiers below HBM, swap preemption
+    (simulator/kv/prefix_cache.py). Absent or all defaults: KV blocks are counted as before."""
+
+    prefix_cache: Bool = Field(False, description="reuse cached prefixes (block ids or "
+                                                  "sessions in the trace)")
+    page_size: OptInt(1) = Field(None, description="tokens per cache page (default and only "
+                                                   "value: scheduler.block_size)")
+    eviction: Policy(RADIX_EVICTION) = Field("lru", description="which unreferenced pages "
+                                                                "go first")
+    tiers: Tiers = Field(default_factory=list, description="tiers below HBM, fastest first")
+    preemption: Choice("recompute", "swap") = Field(
+        "recompute", description="swap: a preempted request's KV moves to a tier")
+    swap_tier: OptStr = Field(None, description="tier swapped KV goes to (default: the "
+                                                "first of tiers)")
+    layerwise_loading: Bool = Field(
+        False, description="the engine loads KV layer by layer under the forward pass: a "
+                           "transfer delays an iteration only by what its compute does not hide")
+
+    @model_validator(mode="after")
+    def _swap(self) -> KvCache:
+        names = [t["name"] for t in self.tiers]
+        if self.swap_tier is not None and self.swap_tier not in names:
+            given = ", ".join(names) or "none given"
+            raise fail_key("swap_tier", f"expected one of the tiers ({given}), got "
+                                        f"{show(self.swap_tier)}")
+        if self.preemption == "swap" and not names:
+            raise fail_key("preemption", "swap needs a tier to swap to (kv_cache.tiers, e.g. "
+                                         "[{name: host_dram, capacity_gb: 256}])")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.prefix_cache or self.tiers or self.preemption != "recompute")
+
+
 class Slo(Section):
     ttft_s: OptFloat(0.0, exclusive_lo=True) = None
     tpot_s: OptFloat(0.0, exclusive_lo=True) = None
@@ -541,6 +648,73 @@ class Simulation(Section):
     record_iterations: Bool = True
     progress: Bool = True
     fast_path: Bool = Field(True, description="plan stable batches many iterations at once")
+    compiled: AutoBool = Field("auto", description="the iteration kernel compiled with numba "
+                               "(same results; auto: when numba is installed)")
+
+
+class PdPool(Section):
+    """``disaggregation.prefill`` / ``.decode``: one pool's devices. ``accelerator`` and
+    ``tensor_parallel`` default to ``hardware``'s, ``memory_fraction`` too; price and power to
+    ``cost``'s, then the catalog's (see ``simulator/cluster/pd.py``)."""
+
+    accelerator: OptRef = Field(None, description="catalog name or inline mapping "
+                                                  "(default: hardware.accelerator)")
+    count: OptInt(1, MAX_DEVICES) = Field(None, description="devices in the pool (required)")
+    tensor_parallel: OptInt(1, MAX_DEVICES) = Field(
+        None, description="devices per worker (default: hardware.tensor_parallel)")
+    memory_fraction: OptFloat(0.0, 1.0, exclusive_lo=True) = Field(
+        None, description="default: hardware.memory_fraction")
+    price_usd_per_hour: OptFloat(0.0, 1e6) = Field(
+        None, description="per device (default: cost.price_usd_per_hour, then the catalog)")
+    power_idle_w: OptFloat(0.0, 1e7) = None
+    power_max_w: OptFloat(0.0, 1e7) = None
+
+    @model_validator(mode="after")
+    def _count(self) -> PdPool:
+        # checked after the keys' own rules, so a bad value is named before a missing count
+        if self.count is None:
+            raise fail_key("count", "required: the devices in this pool")
+        if self.tensor_parallel is not None and self.count % self.tensor_parallel:
+            raise fail_key("count", f"expected a multiple of tensor_parallel "
+                                    f"({self.tensor_parallel}), got {self.count}")
+        return self
+
+
+class PdLink(Section):
+    """``disaggregation.link``: the network KV moves over, prefill -> decode. A transfer takes
+    bytes / bandwidth + latency; ``shared``: one link for the whole fleet (transfers queue for
+    it), else one per prefill worker (its NIC). Defaults assumed: one 400 Gb/s RDMA port."""
+
+    bandwidth_gb_s: Float(0.0, 1e6, exclusive_lo=True) = Field(
+        50.0, description="GB/s (1e9 bytes/s); assumed default: one 400 Gb/s NIC port")
+    latency_s: Float(0.0, 60.0) = Field(1e-5, description="per transfer (assumed default)")
+    shared: Bool = Field(True, description="one link for all transfers (FIFO), else one "
+                                           "per prefill worker")
+
+
+class Disaggregation(Section):
+    """Prefill/decode disaggregation: a prefill pool, a decode pool and the KV link between
+    them (absent: every worker is mixed, as before). ``router.policy`` places arrivals on the
+    prefill pool, ``decode_router`` places transferred requests on the decode pool."""
+
+    link: _section(PdLink)
+    decode_router: Policy(ROUTERS) = Field(
+        "least_loaded", description="router policy over the decode pool")
+    local_prefill_max_tokens: OptInt(0) = Field(
+        None, description="prefill on the decode worker holding the request's prefix (needs "
+                          "kv_cache.prefix_cache) when at most this many prompt tokens are "
+                          "not cached there (Dynamo's conditional disaggregation); null: never")
+    prefill: _optional_section(PdPool)
+    decode: _optional_section(PdPool)
+
+    @model_validator(mode="after")
+    def _pools(self) -> Disaggregation:
+        for pool in ("prefill", "decode"):
+            if self[pool] is None:
+                raise fail_key(pool, f"required: the {pool} pool (a mapping with count, and "
+                                     "optionally accelerator, tensor_parallel, "
+                                     "price_usd_per_hour)")
+        return self
 
 
 class Scenario(Section):
@@ -556,6 +730,7 @@ class Scenario(Section):
     scheduler: _section(Scheduler)
     engine: _section(Engine)
     router: _section(Router)
+    kv_cache: _section(KvCache)
     workload: OptMapping = Field(None, description="a trace file or a synthetic generator "
                                                    "(validated by traces)")
     slo: _section(Slo)
@@ -563,6 +738,7 @@ class Scenario(Section):
     calibration: OptStr = Field(None, description="bundled profile name, a YAML path, or "
                                 "'uncalibrated' (default: the profile fitted to the hardware)")
     simulation: _section(Simulation)
+    disaggregation: _optional_section(Disaggregation)  # PD pools; absent: mixed workers
 
     def dump(self) -> dict[str, Any]:
         """The validated scenario as plain data (defaults filled in)."""

@@ -3,6 +3,10 @@
 A scheduler admits queued requests (KV permitting) and shapes step 0 of the next segment:
 decode rows get their draft length + 1 tokens, prefill rows chunks of what the token budget
 has left, and KV grows to fit (recompute-style preemption of the newest rows otherwise).
+With a prefix cache (``worker.cache``, simulator/kv/prefix_cache.py) admission matches the
+request's prefix first (a hit is not prefilled and its pages are shared, not counted in
+the request's blocks), and growth demotes or frees unlocked cached pages before it
+preempts anyone (by recompute or by swap, as the scenario says).
 """
 
 from __future__ import annotations
@@ -44,14 +48,22 @@ class FcfsScheduler(BatchScheduler):
         if room <= 0 or not worker.waiting:
             return
         new = []
+        cache = worker.cache
         while worker.waiting and room > 0:
             rid = worker.waiting[0]
-            need = int(kv.blocks_for(int(t.prefill_target[rid]))) + 1
-            if need > kv.free:
-                break
+            if cache is not None:
+                if not cache.admit(rid):
+                    if not len(worker.run) and not new and cache.swapped:
+                        cache.drop_swaps()  # swapped KV pins what an empty batch needs
+                        continue
+                    break
+            else:
+                need = int(kv.blocks_for(int(t.prefill_target[rid]))) + 1
+                if need > kv.free:
+                    break
+                kv.allocate(need)
+                t.blocks[rid] = need
             worker.waiting.popleft()
-            kv.allocate(need)
-            t.blocks[rid] = need
             t.status[rid] = rq.RUNNING
             new.append(rid)
             room -= 1
@@ -97,9 +109,14 @@ class FcfsScheduler(BatchScheduler):
                 fits[:1] |= len(dec) == 0  # a lone long prompt still runs
                 chunk = np.where(fits, rem, 0)
             # KV growth for this step's writes; preempt the newest rows if blocks run out
-            need = kv.blocks_for(t.kv_len[dec] + width) - t.blocks[dec]
+            # (with a prefix cache: free unlocked cached pages first)
+            cache = worker.cache
+            if cache is None:
+                need = kv.blocks_for(t.kv_len[dec] + width) - t.blocks[dec]
+            else:  # a row's shared prefix pages are not among its blocks
+                need = kv.blocks_for(t.kv_len[dec] - t.kv_shared[dec] + width) - t.blocks[dec]
             grow = int(np.maximum(need, 0).sum())
-            if grow > kv.free:
+            if grow > kv.free and (cache is None or not cache.make_room(grow)):
                 worker.preempt(grow - kv.free)
                 continue
             all_complete = bool((chunk >= rem).all())
