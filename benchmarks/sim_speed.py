@@ -1,10 +1,13 @@
 """Simulator speed and memory: simulated requests per wall second and peak RSS.
 
 Runs one scenario (default: scenarios/chat.yaml, speculation on) at 1k, 10k and 100k
-requests, each in a fresh subprocess so peak memory is that run's alone, and prints a table.
+requests, each in a fresh subprocess so peak memory is that run's alone, and prints a table;
+then a Mooncake multi-turn row with the radix prefix cache (scenarios/mooncake_cache_aware.yaml,
+its first --mooncake requests; skipped when ../shared/data has no Mooncake trace).
 A benchmark figure, not a test: the target is 100k chat requests in under 60 s on one core.
 
     python benchmarks/sim_speed.py [--scenario FILE] [--sizes 1000 10000 100000] [--no-fast-path]
+        [--mooncake 1000] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 CHILD = r"""
 import json, resource, sys, time
 from specsim.simulator.cluster.engine import run_scenario
-scenario, n, fast = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+scenario, n, fast, key = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
+extra = json.loads(sys.argv[5])
 t0 = time.perf_counter()
-r = run_scenario(scenario, overrides={"workload.synthetic.requests": n,
-                                      "simulation.fast_path": fast})
+r = run_scenario(scenario, overrides={key: n, "simulation.fast_path": fast, **extra})
 wall = time.perf_counter() - t0
 m = r.metrics
 print(json.dumps({"wall_s": wall, "sim_wall_s": m["wall_time_s"], "iterations": m["iterations"],
@@ -38,14 +41,35 @@ def main() -> int:
     ap.add_argument("--scenario", default=str(REPO / "scenarios" / "chat.yaml"))
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])
     ap.add_argument("--no-fast-path", action="store_true")
+    ap.add_argument("--mooncake", type=int, default=1000,
+                    help="requests of the Mooncake radix-cache row (0: none)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="extra overrides for the main scenario (e.g. kv_cache.prefix_cache=true)")
     args = ap.parse_args()
-    rows = []
-    for n in args.sizes:
-        out = subprocess.run([sys.executable, "-c", CHILD, args.scenario, str(n),
-                              "0" if args.no_fast_path else "1"],
+    fast = "0" if args.no_fast_path else "1"
+    extra = {}
+    for item in args.set:
+        k, _, v = item.partition("=")
+        try:
+            extra[k] = json.loads(v)
+        except ValueError:
+            extra[k] = v
+
+    def child(scenario, n, key, over):
+        out = subprocess.run([sys.executable, "-c", CHILD, scenario, str(n), fast, key,
+                              json.dumps(over)],
                              capture_output=True, text=True, check=True, cwd=REPO)
-        rows.append((n, json.loads(out.stdout.strip().splitlines()[-1])))
-    print(f"scenario: {args.scenario}  fast path: {not args.no_fast_path}")
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    rows = [(n, child(args.scenario, n, "workload.synthetic.requests", extra))
+            for n in args.sizes]
+    mooncake = REPO.parent / "shared" / "data" / "traces" / "mooncake_conversation_trace.jsonl"
+    moon = None
+    if args.mooncake and mooncake.is_file():
+        moon = (args.mooncake, child(str(REPO / "scenarios" / "mooncake_cache_aware.yaml"),
+                                     args.mooncake, "workload.max_requests", {}))
+    print(f"scenario: {args.scenario}  fast path: {not args.no_fast_path}"
+          + (f"  overrides: {extra}" if extra else ""))
     head = (f"{'requests':>9} {'wall s':>8} {'sim loop s':>10} {'req/wall s':>11} "
             f"{'iterations':>11} {'us/iter':>8} {'simulated s':>12} {'peak RSS MB':>12}")
     print(head)
@@ -54,6 +78,15 @@ def main() -> int:
         print(f"{n:>9} {r['wall_s']:>8.2f} {r['sim_wall_s']:>10.2f} {n / r['wall_s']:>11.0f} "
               f"{r['iterations']:>11} {1e6 * r['sim_wall_s'] / max(r['iterations'], 1):>8.1f} "
               f"{r['simulated_s']:>12.0f} {r['peak_rss_mb']:>12.0f}")
+    if moon is not None:
+        n, r = moon
+        print(f"\nMooncake multi-turn, radix prefix cache + host DRAM, cache-aware routing "
+              f"(scenarios/mooncake_cache_aware.yaml, first {n} requests):")
+        print(f"{n:>9} {r['wall_s']:>8.2f} {r['sim_wall_s']:>10.2f} {n / r['wall_s']:>11.0f} "
+              f"{r['iterations']:>11} {1e6 * r['sim_wall_s'] / max(r['iterations'], 1):>8.1f} "
+              f"{r['simulated_s']:>12.0f} {r['peak_rss_mb']:>12.0f}")
+    elif args.mooncake:
+        print(f"\n(no Mooncake row: {mooncake} is absent)")
     return 0
 
 

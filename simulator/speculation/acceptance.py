@@ -23,6 +23,7 @@ at k=4: derived".
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -30,13 +31,59 @@ from typing import Any
 
 import numpy as np
 import yaml
-from scipy.optimize import brentq
-from scipy.stats import beta as beta_dist
 
 from specsim.errors import ScenarioError
 from specsim.simulator import rng
 
 MAX_K = 64
+
+
+def brentq(f, a: float, b: float, xtol: float = 2e-12, rtol: float = 4 * 2.220446049250313e-16,
+           maxiter: int = 100) -> float:
+    """``scipy.optimize.brentq``, the same steps in the same float operations (scipy's
+    brentq.c), so roots agree bit for bit (tests/test_kernel_compiled.py checks) without
+    importing scipy on the path of every run (its import costs a quarter of a second)."""
+    xpre, xcur = float(a), float(b)
+    xblk = fblk = spre = scur = 0.0
+    fpre, fcur = float(f(xpre)), float(f(xcur))
+    if fpre != fpre or fcur != fcur:
+        raise ValueError("brentq: the function returned NaN")
+    if fpre == 0:
+        return xpre
+    if fcur == 0:
+        return xcur
+    if math.copysign(1.0, fpre) == math.copysign(1.0, fcur):
+        raise ValueError("f(a) and f(b) must have different signs")
+    for _ in range(maxiter):
+        if fpre != 0 and fcur != 0 and math.copysign(1.0, fpre) != math.copysign(1.0, fcur):
+            xblk, fblk = xpre, fpre
+            spre = scur = xcur - xpre
+        if abs(fblk) < abs(fcur):
+            xpre, xcur, xblk = xcur, xblk, xcur
+            fpre, fcur, fblk = fcur, fblk, fcur
+        delta = (xtol + rtol * abs(xcur)) / 2
+        sbis = (xblk - xcur) / 2
+        if fcur == 0 or abs(sbis) < delta:
+            return xcur
+        if abs(spre) > delta and abs(fcur) < abs(fpre):
+            if xpre == xblk:  # interpolate
+                stry = -fcur * (xcur - xpre) / (fcur - fpre)
+            else:  # extrapolate
+                dpre = (fpre - fcur) / (xpre - xcur)
+                dblk = (fblk - fcur) / (xblk - xcur)
+                stry = -fcur * (fblk * dblk - fpre * dpre) / (dblk * dpre * (fblk - fpre))
+            if 2 * abs(stry) < min(abs(spre), 3 * abs(sbis) - delta):  # good short step
+                spre, scur = scur, stry
+            else:  # bisect
+                spre = scur = sbis
+        else:  # bisect
+            spre = scur = sbis
+        xpre, fpre = xcur, fcur
+        xcur += scur if abs(scur) > delta else (delta if sbis > 0 else -delta)
+        fcur = float(f(xcur))
+        if fcur != fcur:
+            raise ValueError("brentq: the function returned NaN")
+    raise RuntimeError(f"brentq: failed to converge after {maxiter} iterations, value is {xcur}")
 
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
@@ -445,6 +492,8 @@ class AcceptanceModel:
             u = rng.uniform(rng.request_keys(self.seed, rng.STREAM_ALPHA, request_ids),
                             np.zeros(len(request_ids), dtype=np.uint64))
             m = np.clip(mean, 1e-6, 1 - 1e-6)
+            from scipy.stats import beta as beta_dist  # only here: a quarter second to import
+
             drawn = beta_dist.ppf(np.clip(u, 1e-12, 1 - 1e-12), m * self.concentration,
                                   (1 - m) * self.concentration)
             scale = np.where(mean > 0, drawn / np.maximum(mean, 1e-12), 0.0)

@@ -1,0 +1,925 @@
+"""The iteration kernel compiled with numba: ``Kernel.plan`` and ``Kernel.commit`` as plain
+loops over the batch's rows instead of ~150 small numpy calls per segment.
+
+``kernel.py`` stays the reference: this module does the same floating-point operations in
+the same order, so a run gives the same bits either way (the tests compare every bundled
+scenario's metrics, requests and iterations). Where numpy reduces floats pairwise
+(``ndarray.sum`` of 8 or more values) ``_pairwise`` repeats its order exactly; the other
+sums here add integer-valued floats (token counts, attention areas), exact in any order.
+
+What is compiled (selected by ``simulation.compiled``: auto, true, false):
+
+- planning: keyed uniforms (SplitMix64, ``simulator/rng.py``), acceptance draws
+  (``AcceptanceModel.accepted``), the emit / KV-block arithmetic, the per-step batch
+  aggregates, and pricing (the roofline's ``_evaluate``, the executor's overheads and
+  every bundled drafter's ``cost_steps``);
+- committing: the request table's columns, the KV pool's held blocks, the worker's ledger
+  (time, energy, work split), the accepted-length histogram, the iteration log's columns.
+
+Pricing falls back to the Python executor (with everything else still compiled) where
+exact agreement cannot be promised: a mixture-of-experts model (``experts_touched`` raises
+to a fractional power, which numpy may vectorise with a different libm) or a drafter or
+cost model this module does not know. Compilation is cached on disk (``cache=True``): the
+first run on a machine compiles (tens of seconds), later runs load the cache.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import numpy as np
+from numba import njit
+
+from specsim.cost_models.roofline import ForwardCostModel
+from specsim.simulator.execution.executor import Executor
+
+_JIT = {"cache": True, "error_model": "numpy", "nogil": True}
+
+# ------------------------------------------------------------------ numpy's reductions
+
+
+@njit(**_JIT)
+def _block(a, lo, n):
+    """numpy's pairwise sum of at most 128 values: 8 accumulators, then the rest in order."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0 = a[lo]
+    r1 = a[lo + 1]
+    r2 = a[lo + 2]
+    r3 = a[lo + 3]
+    r4 = a[lo + 4]
+    r5 = a[lo + 5]
+    r6 = a[lo + 6]
+    r7 = a[lo + 7]
+    i = 8
+    stop = n - (n % 8)
+    while i < stop:
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(**_JIT)
+def _pairwise(a, lo, n):
+    """numpy's pairwise summation of a[lo:lo + n] (``DOUBLE_pairwise_sum``: blocks of at most
+    128 values, longer runs split in two at a multiple of 8), so that
+    ``0.0 + _pairwise(a, 0, n)`` equals ``a.sum()`` bit for bit. numpy recurses; this walks
+    the same tree with a stack (numba's on-disk cache does not keep recursive functions)."""
+    if n <= 128:
+        return _block(a, lo, n)
+    s_lo = np.empty(64, np.int64)
+    s_n = np.empty(64, np.int64)
+    s_stage = np.zeros(64, np.int64)
+    s_left = np.empty(64)
+    s_lo[0], s_n[0] = lo, n
+    sp = 1
+    ret = 0.0
+    while sp > 0:
+        top = sp - 1
+        lo_, n_ = s_lo[top], s_n[top]
+        if n_ <= 128:
+            ret = _block(a, lo_, n_)
+            sp -= 1
+            continue
+        n2 = n_ // 2
+        n2 -= n2 % 8
+        if s_stage[top] == 0:
+            s_stage[top] = 1
+            s_lo[sp], s_n[sp], s_stage[sp] = lo_, n2, 0
+            sp += 1
+        elif s_stage[top] == 1:
+            s_left[top] = ret
+            s_stage[top] = 2
+            s_lo[sp], s_n[sp], s_stage[sp] = lo_ + n2, n_ - n2, 0
+            sp += 1
+        else:
+            ret = s_left[top] + ret
+            sp -= 1
+    return ret
+
+
+@njit(**_JIT)
+def _sum(a, lo, n):
+    """``float(a[lo:lo + n].sum())`` (the reduction starts from add's identity, 0.0)."""
+    return 0.0 + _pairwise(a, lo, n)
+
+
+@njit(**_JIT)
+def _maximum(x, y):
+    """np.maximum of two floats (NaN wins)."""
+    if x != x:
+        return x
+    if y != y:
+        return y
+    return x if x >= y else y
+
+
+@njit(**_JIT)
+def _minimum(x, y):
+    """np.minimum of two floats (NaN wins)."""
+    if x != x:
+        return x
+    if y != y:
+        return y
+    return x if x <= y else y
+
+
+# ------------------------------------------------------------------ keyed uniforms
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_ONE = np.uint64(1)
+_INV53 = 1.0 / float(1 << 53)
+
+
+@njit(**_JIT)
+def _uniform(key, step):
+    """``rng.uniform`` for one (key, step): U(0, 1], the same bits."""
+    z = key + (np.uint64(step) + _ONE) * _GOLDEN
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    z = z ^ (z >> _S31)
+    return 1.0 - np.float64(z >> _S11) * _INV53
+
+
+# ------------------------------------------------------------------ the roofline
+
+#: ForwardCostModel attributes, in the order of the parameter vector ``_evaluate`` reads
+_COST_ATTRS = ("_lin_flops_per_token", "_head_flops_per_logit", "_dense_weight_bytes",
+               "_lin_rate", "_t_half", "_attn_flops_per_qc", "_kv_bytes_per_ctx",
+               "_attn_rate", "_bw", "_ew_bytes_per_token", "_ew_bw", "_attn_bw", "_dequant",
+               "_comm_per_token", "_comm_fixed", "_overhead")
+
+
+@njit(**_JIT)
+def _evaluate(p, t, qc, ctx, lg):
+    """``ForwardCostModel._evaluate`` for one pass, dense models: (seconds, FLOPs, bytes)."""
+    if not t > 0:  # a pass with no tokens is not launched
+        return 0.0, 0.0, 0.0
+    lin_fpt, head_fpl, wbytes, lin_rate, t_half = p[0], p[1], p[2], p[3], p[4]
+    attn_fpqc, kv_bpc, attn_rate, bw, ew_bpt = p[5], p[6], p[7], p[8], p[9]
+    ew_bw, attn_bw, dequant, comm_pt, comm_fixed, overhead = (p[10], p[11], p[12], p[13],
+                                                              p[14], p[15])
+    c_lin = (lin_fpt * t + head_fpl * lg) / lin_rate
+    if t_half > 0:
+        c_lin = c_lin * (1.0 + t_half / _maximum(t, 1.0))
+    m_lin = wbytes / bw
+    c_att = (attn_fpqc * qc) / attn_rate
+    m_att = (kv_bpc * (ctx + t)) / attn_bw
+    ew = ew_bpt * t / ew_bw
+    total = (_maximum(c_lin * (1.0 + dequant), m_lin) + _maximum(c_att, m_att) + ew
+             + (comm_pt * t + comm_fixed) + overhead)
+    flops = lin_fpt * t + head_fpl * lg + c_att * attn_rate
+    nbytes = m_lin * bw + m_att * attn_bw + ew * ew_bw
+    return total, flops, nbytes
+
+
+# drafter kinds (``_drafter_kind``)
+D_NONE, D_SEQ, D_PAR, D_MEDUSA, D_LOOKUP, D_RATIO, D_FIXED = range(7)
+
+
+@njit(**_JIT)
+def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunks,
+           tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal, out):
+    """``Executor.price`` over a plan, into out[0:7]: per step (seconds, draft s, verify s,
+    FLOPs, bytes, draft FLOPs, draft bytes). ``cal``: engine fixed / per seq / per prefill
+    and speculation per step / per seq / per token overheads; ``scal``: the drafter's own
+    scalar (CPU s per lookup, ratio, or seconds per token)."""
+    dt = out[0]
+    dtt = out[1]
+    vt = out[2]
+    flops = out[3]
+    nbytes = out[4]
+    dtf = out[5]
+    dtb = out[6]
+    dtt[:] = 0.0
+    dtf[:] = 0.0
+    dtb[:] = 0.0
+    for s in range(S):
+        vt[s], flops[s], nbytes[s] = _evaluate(tp, tokens[s], qc[s], csum[s], logits[s])
+    # the drafter's cost_steps (prefill tokens reach it only if it keeps its own KV)
+    if dkind == D_SEQ:
+        kmax = 0
+        for s in range(S):
+            for i in range(B):
+                if k[s, i] > kmax:
+                    kmax = k[s, i]
+        if dprefills:
+            for s in range(S):
+                if pf_tokens[s] != 0:
+                    kmax = max(kmax, 1)
+                    break
+        if kmax > 0:
+            cnt = np.zeros(kmax + 1, np.int64)
+            cs = np.zeros(kmax + 1)
+            tt = np.empty(kmax)
+            ff = np.empty(kmax)
+            bb = np.empty(kmax)
+            tree = False
+            for j in range(min(kmax, len(pass_rows))):
+                if pass_rows[j] != 1:
+                    tree = True
+            for s in range(S):
+                cnt[:] = 0
+                cs[:] = 0.0
+                for i in range(B):
+                    v = min(k[s, i], kmax)
+                    cnt[v] += 1
+                    cs[v] += ctx[s, i]
+                nn = 0
+                cc = 0.0
+                for j in range(kmax - 1, -1, -1):  # rows drafting more than j tokens
+                    nn += cnt[j + 1]
+                    cc += cs[j + 1]
+                    n = np.float64(nn)
+                    c = cc + j * n  # pass j reads ctx + j
+                    if tree:
+                        r = np.float64(pass_rows[j]) if j < len(pass_rows) else 1.0
+                        n = n * r
+                        c = c * r
+                    tok = n
+                    q = c + n  # one token per row, attending ctx + j + 1
+                    if j == 0 and dprefills:
+                        tok = tok + pf_tokens[s]
+                        q = q + pf_qc[s]
+                    tt[j], ff[j], bb[j] = _evaluate(dp, tok, q, c, n)
+                dtt[s] = _sum(tt, 0, kmax)
+                dtf[s] = _sum(ff, 0, kmax)
+                dtb[s] = _sum(bb, 0, kmax)
+    elif dkind == D_PAR:
+        for s in range(S):
+            drafted = 0.0
+            area = 0.0
+            c = 0.0
+            for i in range(B):
+                kk = np.float64(k[s, i])
+                drafted += kk
+                area += kk * ctx[s, i] + kk * (kk + 1) / 2
+                if k[s, i] > 0:
+                    c += ctx[s, i]
+            pt = pf_tokens[s] if dprefills else 0.0
+            pq = pf_qc[s] if dprefills else 0.0
+            dtt[s], dtf[s], dtb[s] = _evaluate(dp, drafted + pt, area + pq, c, drafted)
+    elif dkind == D_MEDUSA:
+        for s in range(S):
+            rows = 0
+            for i in range(B):
+                if k[s, i] > 0:
+                    rows += 1
+            n = np.float64(rows)
+            dtt[s], dtf[s], dtb[s] = _evaluate(dp, n, 0.0, 0.0, n)
+    elif dkind == D_LOOKUP:
+        for s in range(S):
+            for i in range(B):
+                if k[s, i] > 0:
+                    dtt[s] = scal
+                    break
+    elif dkind == D_RATIO:
+        for s in range(S):
+            rows = 0
+            c = 0.0
+            km = 0
+            for i in range(B):
+                if k[s, i] > 0:
+                    rows += 1
+                    c += ctx[s, i]
+                if i == 0 or k[s, i] > km:
+                    km = k[s, i]
+            if rows > 0:
+                n = np.float64(rows)
+                step = _evaluate(dp, n, c + n, c, n)[0]
+                dtt[s] = scal * km * step
+    elif dkind == D_FIXED:
+        for s in range(S):
+            km = 0
+            for i in range(B):
+                if i == 0 or k[s, i] > km:
+                    km = k[s, i]
+            dtt[s] = scal * np.float64(km)
+    for s in range(S):
+        if speculating:
+            drafted = 0
+            for i in range(B):
+                drafted += k[s, i]
+            rows = seqs[s] - chunks[s]
+            if rows > 0:
+                dtt[s] = dtt[s] + ((cal[3] + cal[4] * rows) + cal[5] * np.float64(drafted))
+            else:
+                dtt[s] = dtt[s] + 0.0
+        d = _maximum(dtt[s], vt[s]) if overlap else dtt[s] + vt[s]
+        sq = np.float64(seqs[s])
+        dt[s] = d + (((cal[0] + cal[1] * sq) + cal[2] * chunks[s]) if sq > 0 else 0.0)
+        flops[s] = flops[s] + dtf[s]
+        nbytes[s] = nbytes[s] + dtb[s]
+
+
+# ------------------------------------------------------------------ planning
+
+
+@njit(**_JIT)
+def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
+          generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale, kv_len,
+          blocks, shared, use_shared, kv_total, kv_limit, kv_kept, use_kept,
+          alpha_table, proposes_always, match_rate, widths, use_tree, bs):
+    """``Kernel.plan`` up to pricing: the (S, B) arrays and the per-step aggregates, packed
+    so that few arrays cross back into Python (each costs a microsecond or so):
+    Ia = (k, acc, emit, kv_add, after_rows); Bo = alive (S rows), finishing (S rows),
+    count0, first0; Iv = (during, seqs); Fa = (tokens, qc, csum, logits, pf_tokens, pf_qc,
+    chunks); ctx (S, B)."""
+    B = len(rows)
+    gen0 = np.empty(B, np.int64)
+    left0 = np.empty(B, np.int64)
+    for i in range(B):
+        gen0[i] = generated[rows[i]]
+        left0[i] = output[rows[i]] - gen0[i]
+    if S > 1:
+        lmax = left0[0]
+        for i in range(1, B):
+            lmax = max(lmax, left0[i])
+        S = max(min(S, lmax + 1), 1)
+    Ia = np.empty((5, S, B), np.int64)
+    Bo = np.empty((2 * S + 2, B), np.bool_)
+    Iv = np.zeros((2, S), np.int64)
+    Fa = np.zeros((7, S))
+    k, acc, emit, kv_add, after_rows = Ia[0], Ia[1], Ia[2], Ia[3], Ia[4]
+    alive, finishing, count0, first0 = Bo[:S], Bo[S:2 * S], Bo[2 * S], Bo[2 * S + 1]
+    during, seqs = Iv[0], Iv[1]
+    tokens, qc, csum, logits, pf_tokens, pf_qc, chunks = (Fa[0], Fa[1], Fa[2], Fa[3], Fa[4],
+                                                          Fa[5], Fa[6])
+    for i in range(B):
+        count0[i] = (not pre0[i]) or (done0[i] and gen0[i] > 0)
+    # draft lengths and draws, keyed by (request, target step)
+    kfull = np.empty((S, B), np.int64)
+    sidx = np.empty((S, B), np.int64)
+    for i in range(B):
+        s0 = tsteps[rows[i]]
+        kfull[0, i] = k0[i]
+        sidx[0, i] = s0
+        base = s0 + (1 if count0[i] else 0)
+        for s in range(1, S):
+            sidx[s, i] = base + (s - 1)
+            kfull[s, i] = K
+            if not proposes_always and K > 0:
+                um = _uniform(match_key[rows[i]], sidx[s, i])
+                kfull[s, i] = K if um <= match_rate else 0
+    kmax = 0
+    for s in range(S):
+        for i in range(B):
+            if kfull[s, i] > kmax:
+                kmax = kfull[s, i]
+    afull = np.zeros((S, B), np.int64)
+    if kmax > 0:
+        jmax = min(kmax, alpha_table.shape[1])
+        surv = np.empty(jmax)
+        for i in range(B):
+            r = rows[i]
+            cl = cls_idx[r]
+            p = 1.0
+            for j in range(jmax):
+                cond = _minimum(alpha_table[cl, j] * alpha_scale[r], 1.0)
+                p = cond if j == 0 else p * cond
+                surv[j] = p
+            key = accept_key[r]
+            for s in range(S):
+                u = _uniform(key, sidx[s, i])
+                n = 0
+                for j in range(jmax):
+                    if u <= surv[j]:
+                        n += 1
+                afull[s, i] = min(n, kfull[s, i])
+    q = np.empty((S, B), np.int64)
+    during_rows = np.empty((S, B), np.int64)
+    ctx = np.empty((S, B))
+    for i in range(B):
+        r = rows[i]
+        before = 0  # tokens emitted in earlier steps (uncapped)
+        kvb = kv_len[r]  # KV tokens before the step
+        sh = shared[r] if use_shared else 0
+        for s in range(S):
+            e = afull[s, i] + 1
+            if s == 0 and has_pre and pre0[i]:
+                e = 1 if done0[i] else 0
+            left = left0[i] - min(before, left0[i])
+            before += e
+            al = left > 0
+            kk = min(kfull[s, i], max(left - 1, 0))
+            a = min(afull[s, i], kk)
+            em = a + 1 if al else 0
+            if s == 0 and has_pre and pre0[i]:
+                em = 1 if done0[i] else 0
+            if al:
+                qq = widths[min(kk, len(widths) - 1)] if use_tree else kk + 1
+            else:
+                qq = 0
+            ka = em
+            if s == 0 and has_pre and pre0[i]:
+                qq = chunk[i]
+                ka = chunk[i]
+            k[s, i] = kk
+            acc[s, i] = a
+            emit[s, i] = em
+            q[s, i] = qq
+            kv_add[s, i] = ka
+            alive[s, i] = al
+            fin = al and left == em
+            finishing[s, i] = fin
+            kvp = kvb - sh
+            need = -(-(kvp + qq) // bs)
+            if s == 0:
+                held = blocks[r]
+            else:
+                held = -(-kvp // bs)
+                if s == 1 and has_pre and pre0[i]:  # a prefill keeps its reserve
+                    held = max(blocks[r], -(-(kv_len[r] - sh + chunk[i]) // bs))
+            dr = max(held, need) if al else 0
+            ar = min(dr, -(-(kvp + ka) // bs))
+            if s == 0 and has_pre and pre0[i]:
+                ar = dr
+            if fin:
+                ar = 0
+            during_rows[s, i] = dr
+            after_rows[s, i] = ar
+            ctx[s, i] = np.float64(kvb) if al else 0.0
+            kvb += ka
+    ok = np.empty(S, np.bool_)
+    kept = 0
+    for s in range(S):
+        n_alive = 0
+        fin_held = 0
+        for i in range(B):
+            if alive[s, i]:
+                n_alive += 1
+            during[s] += during_rows[s, i]
+            if finishing[s, i]:
+                fin_held += during_rows[s, i]
+            qf = np.float64(q[s, i])
+            area = qf * ctx[s, i] + qf * (qf + 1) / 2
+            tokens[s] += qf
+            qc[s] += area
+            csum[s] += ctx[s, i]
+            if q[s, i] > 0:
+                seqs[s] += 1
+            if s == 0 and has_pre and pre0[i]:
+                pf_tokens[0] += qf
+                pf_qc[0] += area
+                if q[0, i] > 0:
+                    chunks[0] += 1.0
+        good = n_alive > 0  # once every row is done the worker idles
+        if s > 0:
+            if not use_shared:
+                good = good and during[s] <= kv_total
+            else:
+                good = good and during[s] <= kv_limit
+                if use_kept:
+                    good = good and during[s] + kept <= kv_kept
+        kept += fin_held
+        ok[s] = good
+        logits[s] = tokens[s]
+    if has_pre:
+        nd = 0
+        for i in range(B):
+            if done0[i] and pre0[i]:
+                nd += 1
+        logits[0] = tokens[0] - pf_tokens[0] + np.float64(nd)
+    for i in range(B):
+        first0[i] = pre0[i] and done0[i] and gen0[i] == 0
+    m = S
+    for s in range(S):
+        if not ok[s]:
+            m = s
+            break
+    return S, max(m, 1), Ia, Bo, Iv, ctx, Fa
+
+
+#: rows of the float pack ``_plan_priced`` returns
+F_DT, F_DRAFT, F_VERIFY, F_FLOPS, F_BYTES, F_DFLOPS, F_DBYTES, F_TOKENS, F_PF, F_START, F_END = (
+    range(11))
+
+
+@njit(**_JIT)
+def _plan_priced(rows, k0, chunk, pre0, done0, S, K, has_pre,
+                 generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale,
+                 kv_len, blocks, shared, use_shared, kv_total, kv_limit, kv_kept, use_kept,
+                 alpha_table, proposes_always, match_rate, widths, use_tree, bs, now,
+                 tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal):
+    """``_plan``, priced (``_price``) and timed: (S, m, Ia, Bo, Iv, F) with F's rows F_*."""
+    S, m, Ia, Bo, Iv, ctx, Fa = _plan(
+        rows, k0, chunk, pre0, done0, S, K, has_pre, generated, output, tsteps, match_key,
+        accept_key, cls_idx, alpha_scale, kv_len, blocks, shared, use_shared, kv_total,
+        kv_limit, kv_kept, use_kept, alpha_table, proposes_always, match_rate, widths,
+        use_tree, bs)
+    F = np.empty((11, S))
+    _price(S, len(rows), Ia[0], ctx, Fa[0], Fa[1], Fa[2], Fa[3], Fa[4], Fa[5], Iv[1], Fa[6],
+           tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal, F)
+    F[F_TOKENS] = Fa[0]
+    F[F_PF] = Fa[4]
+    _times(now, F[F_DT], F[F_START], F[F_END])
+    return S, m, Ia, Bo, Iv, F
+
+
+@njit(**_JIT)
+def _times(now, dt, start, end):
+    """end = now + cumsum(dt), start = end - dt."""
+    c = 0.0
+    for s in range(len(dt)):
+        c = dt[s] if s == 0 else c + dt[s]
+        end[s] = now + c
+        start[s] = end[s] - dt[s]
+
+
+# ------------------------------------------------------------------ committing
+
+
+@njit(**_JIT)
+def _util(f, nb, s, peak, bw):
+    if not s > 0:
+        return 0.0
+    return _minimum(_maximum(f / (s * peak), nb / (s * bw)), 1.0)
+
+
+@njit(**_JIT)
+def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, during, end, dt,
+            draft, verify, flops, nbytes, dflops, dbytes, pf_tokens, tokens, first0, count0,
+            prefill0,
+            generated, accepted, bonus, drafted, tsteps, kv_len, blocks, last_delivery,
+            first_token, finish,
+            overlap, devices, peak_flops, hbm_bw, power_idle, power_max,
+            hist, cls_idx, use_hist):
+    """``Kernel.commit`` of steps [a, b) with ``Ledger.add``: updates the table in place and
+    returns what the Python side hands on, packed (each array crossing back into Python
+    costs a microsecond or so): Fo = (cu (n), mu (n), ledger sums (12), ITL gaps of step a
+    (n0), of later steps (n1)); Io = (finished rows (nf), then per step: batch rows, prefill
+    rows, drafted tokens, KV blocks after (n each)); n0, n1, nf; KV blocks held before and
+    after; the peak during."""
+    B = len(rows)
+    n = b - a
+    # inter-token gaps: step a from each row's last delivery, later steps from the step before
+    n0 = 0
+    for i in range(B):
+        if emit[a, i] > 0 and not (a == 0 and first0[i]):
+            n0 += 1
+    n1 = 0
+    for s in range(a + 1, b):
+        for i in range(B):
+            if emit[s, i] > 0:
+                n1 += 1
+    Fo = np.empty(2 * n + 12 + n0 + n1)
+    j = 2 * n + 12
+    for i in range(B):
+        if emit[a, i] > 0 and not (a == 0 and first0[i]):
+            Fo[j] = end[a] - last_delivery[rows[i]]
+            j += 1
+    for s in range(a + 1, b):
+        for i in range(B):
+            if emit[s, i] > 0:
+                Fo[j] = dt[s]
+                j += 1
+    if a == 0:
+        for i in range(B):
+            if first0[i]:
+                first_token[rows[i]] = end[0]
+    held_before = 0
+    held_after = 0
+    for i in range(B):
+        held_before += blocks[rows[i]]
+        held_after += after_rows[b - 1, i]
+    for i in range(B):
+        r = rows[i]
+        e = 0
+        ac = 0
+        dl = 0
+        kk = 0
+        st = 0
+        kv = 0
+        for s in range(a, b):
+            e += emit[s, i]
+            ac += acc[s, i]
+            if emit[s, i] > 0:
+                dl += 1
+            kk += k[s, i]
+            if alive[s, i]:
+                st += 1
+            kv += kv_add[s, i]
+        if a == 0 and alive[0, i] and not count0[i]:
+            st -= 1
+        generated[r] += e
+        accepted[r] += ac
+        bonus[r] += dl
+        drafted[r] += kk
+        tsteps[r] += st
+        kv_len[r] += kv
+        if emit[b - 1, i] > 0:
+            last_delivery[r] = end[b - 1]
+        blocks[r] = after_rows[b - 1, i]
+    peak = during[a]
+    for s in range(a + 1, b):
+        peak = max(peak, during[s])
+    nf = 0
+    for i in range(B):
+        for s in range(a, b):
+            if finishing[s, i]:
+                nf += 1
+                break
+    Io = np.zeros(nf + 4 * n, np.int64)
+    j = 0
+    for i in range(B):
+        for s in range(a, b):
+            if finishing[s, i]:
+                Io[j] = rows[i]
+                finish[rows[i]] = end[s]
+                last_delivery[rows[i]] = end[s]
+                j += 1
+                break
+    # the ledger (Ledger.add): utilisation, energy, the work split
+    e_draft = np.empty(n)
+    e_rest = np.empty(n)
+    ws = np.empty((4, n))
+    wj = np.empty((4, n))
+    dp = power_max - power_idle
+    for x in range(n):
+        s = a + x
+        acc_s = 0
+        dec = 0
+        n_alive = 0
+        n_pre = 0
+        ksum = 0
+        asum = 0
+        for i in range(B):
+            ksum += k[s, i]
+            acc_s += acc[s, i]
+            asum += after_rows[s, i]
+            if alive[s, i]:
+                n_alive += 1
+                if not (s == 0 and prefill0[i]):
+                    dec += 1
+            if s == 0 and prefill0[i]:
+                n_pre += 1
+            if use_hist and k[s, i] > 0:  # accepted lengths per class
+                hist[cls_idx[rows[i]], acc[s, i]] += 1
+        Io[nf + x] = n_alive
+        Io[nf + n + x] = n_pre
+        Io[nf + 2 * n + x] = ksum
+        Io[nf + 3 * n + x] = asum
+        d = dt[s]
+        Fo[x] = flops[s] / (d * peak_flops)
+        Fo[n + x] = nbytes[s] / (d * hbm_bw)
+        phase = 0.0 if overlap else draft[s]
+        rest = _maximum(d - phase, 0.0)
+        e_draft[x] = devices * phase * (
+            power_idle + dp * _util(dflops[s], dbytes[s], phase, peak_flops, hbm_bw))
+        e_rest[x] = devices * rest * (
+            power_idle + dp * _util(flops[s] - dflops[s], nbytes[s] - dbytes[s], rest,
+                                    peak_flops, hbm_bw))
+        fd = np.float64(ksum)
+        fa = np.float64(acc_s)
+        fr = np.float64(dec)
+        pt = pf_tokens[s]
+        tk = tokens[s]
+        for w in range(2):  # split_work: time (draft, dt - draft), energy (e_draft, e_rest)
+            dr = draft[s] if w == 0 else e_draft[x]
+            rs = d - draft[s] if w == 0 else e_rest[x]
+            d_acc = dr * fa / fd if fd > 0 else 0.0
+            per_tok = rs / tk if tk > 0 else 0.0
+            out = ws if w == 0 else wj
+            out[0, x] = d_acc + per_tok * fa
+            out[1, x] = per_tok * fr
+            out[3, x] = per_tok * pt
+            out[2, x] = (_maximum(dr - d_acc, 0.0) + per_tok * _maximum(tk - fa - fr - pt, 0.0)
+                         + (0.0 if tk > 0 else rs))
+    o = 2 * n
+    Fo[o] = _sum(dt, a, n)
+    Fo[o + 1] = _sum(draft, a, n)
+    Fo[o + 2] = _sum(verify, a, n)
+    Fo[o + 3] = _sum(e_draft, 0, n) + _sum(e_rest, 0, n)
+    for w in range(4):
+        Fo[o + 4 + w] = _sum(ws[w], 0, n)
+        Fo[o + 8 + w] = _sum(wj[w], 0, n)
+    return Fo, Io, n0, n1, nf, held_before, held_after, peak
+
+
+# ------------------------------------------------------------------ binding to a Kernel
+
+def _frozen(a, dtype=None) -> np.ndarray:
+    """A read-only array (a view where ``a`` is one already of that dtype). Every array the
+    kernel only reads is passed read-only, so numba compiles one specialisation whether a
+    column came from pandas (read-only) or numpy (writable)."""
+    v = np.asarray(a, dtype).view()
+    v.flags.writeable = False
+    return v
+
+
+_EMPTY_I = _frozen(np.zeros(0, np.int64))
+_WORK = ("accepted", "bonus", "wasted", "prefill")  # worker.WORK_KINDS
+
+
+def _same(obj, cls, *names) -> bool:
+    """``obj``'s methods ``names`` are ``cls``'s own (not overridden on its type or itself)."""
+    return all(getattr(type(obj), n, None) is getattr(cls, n) and n not in vars(obj)
+               for n in names)
+
+
+def _cost_params(cm) -> np.ndarray | None:
+    """A dense ForwardCostModel's constants for ``_evaluate``; None if it cannot be compiled
+    exactly (MoE, or a class that prices differently)."""
+    if not isinstance(cm, ForwardCostModel) or getattr(cm.model, "moe", None) is not None:
+        return None
+    if not _same(cm, ForwardCostModel, "_evaluate", "_parts", "_groups", "time_and_work",
+                 "time", "iteration_overhead", "speculation_overhead"):
+        return None
+    try:
+        return _frozen([float(getattr(cm, a)) for a in _COST_ATTRS], np.float64)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _drafter_kind(d):
+    """(kind, cost parameters, scalar) of a bundled drafter, or None if unknown."""
+    from specsim.simulator.speculation import drafters as dr
+
+    cls = type(d)
+    none = _frozen(np.zeros(len(_COST_ATTRS)))
+    if cls in (dr.Drafter, dr.NoDrafter) and _same(d, dr.Drafter, "cost_steps"):
+        return D_NONE, none, 0.0
+    if cls in (dr.SequentialDrafter, dr.ParallelDrafter) and _same(d, cls, "cost_steps"):
+        p = _cost_params(d.model)
+        return None if p is None else (D_SEQ if cls is dr.SequentialDrafter else D_PAR, p, 0.0)
+    if cls is dr.MedusaDrafter and _same(d, cls, "cost_steps"):
+        p = _cost_params(d.cost)
+        return None if p is None else (D_MEDUSA, p, 0.0)
+    if cls in (dr.LookupDrafter, dr.SuffixDrafter) and _same(d, dr.LookupDrafter, "cost_steps"):
+        return D_LOOKUP, none, float(d.cpu_s)
+    if cls is dr.RatioDrafter and _same(d, cls, "cost_steps"):
+        p = _cost_params(d.target)
+        return None if p is None else (D_RATIO, p, float(d.ratio))
+    if cls is dr.FixedTimeDrafter and _same(d, cls, "cost_steps"):
+        return D_FIXED, none, float(d.s)
+    return None
+
+
+class Compiled:
+    """The compiled plan / commit of one Kernel (``Kernel.plan`` / ``commit`` call these)."""
+
+    def __init__(self, kernel) -> None:
+        from specsim.simulator.speculation.acceptance import AcceptanceModel
+
+        self.kernel = kernel
+        self._pricing = None  # built at the first plan: (args...) or False (Python executor)
+        d = kernel.drafter
+        self.plans = (getattr(type(kernel.acceptance), "accepted", None)
+                      is AcceptanceModel.accepted
+                      and _same(d, type(d), "verify_width")
+                      and getattr(type(d), "verify_width", None) is _verify_width())
+        tree = getattr(d, "tree", None)
+        self.widths = _frozen(tree.widths, np.int64) if tree is not None else _EMPTY_I
+        self.use_tree = tree is not None
+        self._ledger_cls = None
+        self._src = None  # the columns the plan only reads, and their read-only views
+        self._ro = ()
+
+    def _read(self, t, shared):
+        """Read-only views of what the plan only reads (remade if the table's change)."""
+        src = (t.output, t.match_key, t.accept_key, t.cls_idx, t.alpha_scale, shared,
+               self.kernel.alpha_table)
+        if self._src is None or any(map(operator.is_not, src, self._src)):
+            self._src = src
+            self._ro = tuple(_EMPTY_I if a is None else _frozen(a) for a in src)
+        return self._ro
+
+    # ------------------------------------------------------------ plan
+    def _price_args(self):
+        if self._pricing is None:
+            ex = self.kernel.executor
+            tp = _cost_params(ex.target) if type(ex) is Executor and _same(
+                ex, Executor, "price") else None
+            dk = _drafter_kind(ex.drafter) if tp is not None else None
+            if dk is None:
+                self._pricing = False
+            else:
+                c = ex.target.cal
+                cal = _frozen([c.engine_fixed_s, c.engine_per_seq_s, c.engine_per_prefill_s,
+                               c.spec_step_overhead_s, c.spec_seq_overhead_s,
+                               c.spec_token_overhead_s], np.float64)
+                tree = getattr(ex.drafter, "tree", None)
+                pass_rows = (_frozen(tree.pass_rows, np.int64) if tree is not None
+                             else _EMPTY_I)
+                self._pricing = (tp, cal, bool(ex.speculating), bool(ex.overlap), dk[0], dk[1],
+                                 bool(ex.drafter.prefills), pass_rows, dk[2])
+        return self._pricing
+
+    def plan(self, shape, now: float, steps: int, fixed_k):
+        from specsim.simulator.execution.kernel import Segment
+
+        kn = self.kernel
+        t, d = kn.t, kn.drafter
+        rows = shape.rows
+        pre0 = shape.prefill
+        S = steps if fixed_k is not None and steps > 1 else 1
+        shared = kn.shared
+        kept = kn.kv_limit_kept
+        output, match_key, accept_key, cls_idx, alpha_scale, shared_ro, alpha_table = (
+            self._read(t, shared))
+        args = (np.asarray(rows, np.int64), np.asarray(shape.k, np.int64),
+                np.asarray(shape.chunk, np.int64), np.asarray(pre0, np.bool_),
+                np.asarray(shape.completes, np.bool_), S, int(fixed_k or 0), bool(pre0.any()),
+                t.generated, output, t.steps, match_key, accept_key, cls_idx, alpha_scale,
+                t.kv_len, t.blocks, shared_ro, shared is not None, int(kn.kv_total),
+                int(kn.kv_limit), int(kept) if kept is not None else 0, kept is not None,
+                alpha_table, bool(d.proposes_always), float(d.match_rate), self.widths,
+                self.use_tree, int(kn.bs))
+        pr = self._price_args()
+        if pr:
+            S, m, Ia, Bo, Iv, F = _plan_priced(*args, float(now), *pr)
+            dt, draft, verify, flops, nbytes, dflops, dbytes, tokens, pf_tokens, start, end = F
+        else:  # the Python executor prices the compiled plan
+            S, m, Ia, Bo, Iv, ctx, Fa = _plan(*args)
+            tokens, qc, csum, logits, pf_tokens, pf_qc, chunks = Fa
+            dt, draft, verify, flops, nbytes, dflops, dbytes = kn.executor.price(
+                Ia[0], ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, Iv[1], chunks)
+            start, end = np.empty(S), np.empty(S)
+            _times(float(now), np.asarray(dt, np.float64), start, end)
+        k, acc, emit, kv_add, after_rows = Ia
+        return Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc,
+                       emit, kv_add, Bo[2 * S], Bo[:S], Bo[S:2 * S], Iv[0], after_rows, pre0,
+                       Bo[2 * S + 1], m, dflops, dbytes, pf_tokens)
+
+    # ------------------------------------------------------------ commit
+    def commits(self, ledger) -> bool:
+        if self._ledger_cls is None:
+            from specsim.simulator.cluster.worker import Ledger
+
+            self._ledger_cls = Ledger
+        return type(ledger) is self._ledger_cls and _same(ledger, self._ledger_cls, "add")
+
+    def commit(self, seg, upto: int, kv, ledger, metrics, wid: int, record: bool):
+        a, b = seg.done, upto
+        n = b - a
+        kn = self.kernel
+        t, rows = kn.t, seg.rows
+        hist = kn.accept_hist
+        Fo, Io, n0, n1, nf, held_before, held_after, peak = _commit(
+            a, b, np.asarray(rows, np.int64), seg.emit, seg.acc, seg.k, seg.alive, seg.kv_add,
+            seg.finishing, seg.after_rows, seg.during, seg.end, seg.dt, seg.draft, seg.verify,
+            seg.flops, seg.nbytes, seg.dflops, seg.dbytes, seg.pf_tokens, seg.tokens,
+            seg.first0, seg.count0, seg.prefill0,
+            t.generated, t.accepted, t.bonus, t.drafted, t.steps, t.kv_len, t.blocks,
+            t.last_delivery, t.first_token, t.finish,
+            bool(kn.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
+            float(ledger.hbm_bw), float(ledger.power_idle), float(ledger.power_max),
+            hist if hist is not None else _NO_HIST, self._read(t, kn.shared)[3],
+            hist is not None)
+        g = 2 * n + 12
+        metrics.add_itl(Fo[g:g + n0])
+        if n > 1:
+            metrics.add_itl(Fo[g + n0:g + n0 + n1])
+        kv.set_held(int(held_before), int(held_after), int(peak))
+        seg.done = b
+        # Ledger.add's accumulation, in its order
+        sums = Fo[2 * n:g].tolist()
+        ledger.iterations += n
+        ledger.busy_s += sums[0]
+        ledger.draft_s += sums[1]
+        ledger.verify_s += sums[2]
+        ledger.energy_j += sums[3]
+        work_s, work_j = ledger.work_s, ledger.work_j
+        for w, kind in enumerate(_WORK):
+            work_s[kind] += sums[4 + w]
+        for w, kind in enumerate(_WORK):
+            work_j[kind] += sums[8 + w]
+        if a == 0:
+            if kn.last_reason is not None and seg.reason != kn.last_reason:
+                kn.reason_changes += 1
+            kn.last_reason = seg.reason
+        kn.reason_iterations[seg.reason] = kn.reason_iterations.get(seg.reason, 0) + n
+        if record:
+            n_alive = Io[nf:nf + n]
+            n_pre = Io[nf + n:nf + 2 * n]
+            metrics.add_iterations(n, seg.start[a:b], wid, n_alive, n_alive - n_pre, n_pre,
+                                   seg.tokens[a:b], Io[nf + 2 * n:nf + 3 * n], seg.draft[a:b],
+                                   seg.verify[a:b], Fo[:n], Fo[n:2 * n], Io[nf + 3 * n:],
+                                   seg.reason)
+        return Io[:nf]
+
+
+_NO_HIST = np.zeros((1, 1), np.int64)
+
+
+def _verify_width():
+    from specsim.simulator.speculation.drafters import Drafter
+
+    return Drafter.verify_width
