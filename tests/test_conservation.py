@@ -101,6 +101,36 @@ def test_fast_path_gives_the_step_by_step_result(router):
     assert fast.metrics["iterations"] == slow.metrics["iterations"]
 
 
+@pytest.mark.parametrize("max_batch,memory_fraction", [(4, 0.9), (32, 0.3)])
+def test_segments_through_a_blocked_queue_give_the_step_by_step_result(
+        max_batch, memory_fraction, monkeypatch):
+    """A full batch with a queue: the segment runs through arrivals up to its first finish
+    (or the step before a preemption), and the result is the step-by-step one, preemptions
+    and rejections at the queue limit included."""
+    from specsim.simulator.scheduling.batching import FcfsScheduler
+
+    through = []
+    blocked = FcfsScheduler.blocked
+    monkeypatch.setattr(FcfsScheduler, "blocked",
+                        lambda self, w: through.append(blocked(self, w)) or through[-1])
+    tr = make_trace(300, rate=40.0, prompt=(50, 2000), output=(20, 600), seed=9)
+    sc = scenario()
+    sc["hardware"]["memory_fraction"] = memory_fraction
+    sc["scheduler"]["max_batch"] = max_batch
+    fast = run_scenario(sc, trace=tr, overrides={"simulation.fast_path": True})
+    assert any(through), "the blocked-queue path never ran"
+    slow = run_scenario(sc, trace=tr, overrides={"simulation.fast_path": False})
+    a, b = fast.requests, slow.requests
+    for col in ("output_tokens", "accepted_tokens", "drafted_tokens", "steps", "worker"):
+        assert (a[col] == b[col]).all(), col
+    np.testing.assert_allclose(a["finish_s"], b["finish_s"], rtol=1e-9)
+    np.testing.assert_allclose(a["first_token_s"], b["first_token_s"], rtol=1e-9)
+    assert fast.metrics["iterations"] == slow.metrics["iterations"]
+    assert fast.metrics["preemptions"] == slow.metrics["preemptions"]
+    assert fast.metrics["requests_rejected"] == slow.metrics["requests_rejected"]
+    _check(fast, expect_all_done=True)
+
+
 def test_request_table_keeps_every_trace_column():
     from specsim.simulator.cluster.requests import RequestTable
 

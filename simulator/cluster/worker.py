@@ -154,6 +154,7 @@ class Worker:
         self.preempt_kinds = {"recompute": 0, "swap": 0}
         self._seg_xfer = 0.0  # transfer time charged to step 0 of the current segment
         self.seg: Segment | None = None
+        self._through = False  # the current segment runs through arrivals (blocked queue)
         self._wake = None  # an idle worker waits on this
         self._planned_steps = 16  # adaptive segment length (speed only, never results)
         self.process = env.process(self.loop())
@@ -178,7 +179,7 @@ class Worker:
         t.worker[rid] = self.wid
         self.waiting.append(rid)
         seg = self.seg
-        if seg is not None:
+        if seg is not None and not self._through:  # a blocked queue's segment runs on
             now = self.env.now
             # iterations already under way finish first; one starting exactly now is planned
             # again with this request, unless this worker began it just now itself
@@ -217,20 +218,31 @@ class Worker:
                 continue
             shape = self.scheduler.shape(self, self.policy, self.drafter)
             steps = 1
-            if self.multi_step and shape.uniform and not self.waiting:
-                steps = self._segment_length()
+            # a queue that cannot join before a finish (a full batch) does not stop a
+            # segment: it runs through arrivals up to its first finish (exact)
+            through = False
+            if self.multi_step and shape.uniform:
+                if not self.waiting:
+                    steps = self._segment_length()
+                elif self.scheduler.blocked(self):
+                    steps, through = self._planned_steps, True
             if self.cache is not None:  # what steps 1.. may hold: their evictions succeed
                 self.kernel.kv_limit, self.kernel.kv_limit_kept = self.cache.segment_limits()
             seg = self.kernel.plan(shape, env.now, steps, self.policy.fixed_k)
             if self.cache is not None:
                 self._charge_transfer(seg)
             seg.reason = self.metrics.reason_code(self.policy.reason)
-            if steps > 1 and self._hint is not None:
+            if through:  # after the first finish a queued request may join
+                fin = np.flatnonzero(seg.finishing[:seg.m].any(axis=1))
+                if len(fin):
+                    seg.m = int(fin[0]) + 1
+            elif steps > 1 and self._hint is not None:
                 # end where the foreseen arrival would cut it anyway: no interrupt needed
                 n = seg.steps_started_before(self._hint)
                 if 0 < n < seg.m:
                     seg.m = n
             self.seg = seg
+            self._through = through
             self._resumed_at = env.now
             fin_steps = (np.flatnonzero(seg.finishing[:seg.m].any(axis=1))
                          if self.notify_finishes else None)

@@ -35,6 +35,12 @@ class BatchScheduler:
     def shape(self, worker, policy, drafter) -> StepShape:
         raise NotImplementedError
 
+    def blocked(self, worker) -> bool:
+        """True when no queued request can join before a running one finishes, so a
+        multi-step segment may run through arrivals up to its first finish and stay exact.
+        The default, False, is always safe (the segment ends at the next arrival)."""
+        return False
+
 
 @BATCH_SCHEDULERS.register("fcfs")
 class FcfsScheduler(BatchScheduler):
@@ -69,6 +75,12 @@ class FcfsScheduler(BatchScheduler):
             room -= 1
         if new:
             worker.run = np.concatenate([worker.run, np.array(new, np.int64)])
+
+    def blocked(self, worker) -> bool:
+        """Nothing joins a full batch until a row finishes (or is preempted, which ends the
+        segment). A head too big for the free KV is not enough: free KV changes step by
+        step as rejected drafts' blocks return, so the head may fit again (and churn)."""
+        return bool(worker.waiting) and len(worker.run) >= self.max_batch
 
     def shape(self, worker, policy, drafter) -> StepShape:
         t, kv = worker.table, worker.kv
