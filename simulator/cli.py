@@ -94,7 +94,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from specsim.simulator.cluster.engine import build_trace, in_file, load_scenario, run_scenario
-    from specsim.simulator.report.output import check_destination, write_outputs
+    from specsim.simulator.report.output import Staging, check_destination, write_outputs
 
     console = _err_console()
 
@@ -103,29 +103,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     source = args.scenario
     sc, base, origin = load_scenario(source, args.set, args.seed)
     show = sc["simulation"]["progress"] and not args.quiet
-    if show:
-        from specsim.cost_models.catalog import get_model
+    # the iteration log streams into the hidden staging folder as the run goes; it moves
+    # into --out with everything else only when complete (a killed run leaves nothing there)
+    staging = Staging(Path(args.out), args.force) if args.out else None
+    stream = staging.tmp if staging is not None else None
+    try:
+        if show:
+            from specsim.cost_models.catalog import get_model
 
-        with in_file(origin):
-            trace = build_trace(sc, base, get_model(sc["model"], "model").max_context)
-        prog, update = _progress_bar(len(trace))
-        with prog:
-            result = run_scenario(source, seed=args.seed, overrides=args.set, trace=trace,
-                                  progress=update)
-    else:
-        trace = None
-        result = run_scenario(source, seed=args.seed, overrides=args.set)
-    if getattr(args, "baseline", False):
-        result = _with_baseline(result, source, args, trace)
+            with in_file(origin):
+                trace = build_trace(sc, base, get_model(sc["model"], "model").max_context)
+            prog, update = _progress_bar(len(trace))
+            with prog:
+                result = run_scenario(source, seed=args.seed, overrides=args.set, trace=trace,
+                                      progress=update, stream_to=stream)
+        else:
+            trace = None
+            result = run_scenario(source, seed=args.seed, overrides=args.set, stream_to=stream)
+        if getattr(args, "baseline", False):
+            result = _with_baseline(result, source, args, trace)
+    except BaseException:
+        if staging is not None:
+            staging.discard()
+        raise
     mode = None
     if args.out:
-        mode = write_outputs(result, Path(args.out), report=not args.no_report, force=args.force)
+        mode = write_outputs(result, Path(args.out), report=not args.no_report, force=args.force,
+                             staging=staging)
     Console().print(summary_table(result.metrics))
     for note in result.notes:
         console.print(f"note: {note}")
     if args.out:
         how = " (replaced the previous specsim output there)" if mode == "replace" else ""
-        console.print(f"wrote {args.out}/metrics.json, requests.csv, iterations.csv"
+        log = "iterations." + sc["simulation"]["iteration_log"]
+        console.print(f"wrote {args.out}/metrics.json, requests.csv, {log}"
                       + ("" if args.no_report else ", report.md") + how)
     return 0
 

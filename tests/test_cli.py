@@ -42,7 +42,7 @@ def test_run_writes_all_outputs(tmp_path):
     for col in ("arrival_s", "first_token_s", "finish_s", "output_tokens", "accepted_tokens",
                 "steps", "ttft_s", "tpot_s", "worker"):
         assert col in req
-    it = pd.read_csv(out / "iterations.csv")
+    it = pd.read_parquet(out / "iterations.parquet")  # the default log format
     for col in ("time_s", "worker", "batch_size", "tokens", "draft_time_s", "verify_time_s",
                 "compute_util", "memory_util", "kv_blocks_used"):
         assert col in it
@@ -65,7 +65,7 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     text_b = (b / "metrics.json").read_text().splitlines()
     assert [x for x in text_a if "wall_time_s" not in x] == [x for x in text_b if "wall_time_s" not in x]
     assert (a / "requests.csv").read_bytes() == (b / "requests.csv").read_bytes()
-    assert (a / "iterations.csv").read_bytes() == (b / "iterations.csv").read_bytes()
+    assert (a / "iterations.parquet").read_bytes() == (b / "iterations.parquet").read_bytes()
     assert _metrics_without_wall(a) != _metrics_without_wall(c)
 
 

@@ -80,7 +80,7 @@ def test_new_empty_previous_and_forced(tmp_path, capsys):
     assert main(["run", CHAT, "--out", str(out), *SMALL]) == 0
     marker = json.loads((out / output.MARKER).read_text())
     assert set(marker["files"]) == {"metrics.json", "scenario.json", "requests.csv",
-                                    "iterations.csv"}
+                                    "iterations.parquet"}
     before = snapshot(out)
     capsys.readouterr()
     assert main(["run", CHAT, "--out", str(out), *SMALL]) == 2  # a previous output: --force

@@ -288,7 +288,8 @@ def test_iterations_csv_keeps_its_header(tmp_path):
 
     out = tmp_path / "out"
     assert main(["run", str(CHAT), "--out", str(out), "--no-report",
-                 "--set", "simulation.record_iterations=false", *SMALL]) == 0
+                 "--set", "simulation.record_iterations=false",
+                 "--set", "simulation.iteration_log=csv", *SMALL]) == 0
     it = pd.read_csv(out / "iterations.csv")
     assert list(it.columns) == list(ITER_COLUMNS) and len(it) == 0
 

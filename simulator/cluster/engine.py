@@ -67,7 +67,7 @@ class Result:
 
     metrics: dict[str, Any]
     requests: pd.DataFrame
-    iterations: pd.DataFrame
+    iterations: pd.DataFrame | None  # None: streamed to the --out folder
     scenario: dict[str, Any]
     notes: list[str] = field(default_factory=list)
 
@@ -614,11 +614,15 @@ def build_trace(sc: dict[str, Any], base: Path, max_context: int) -> pd.DataFram
 
 def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None,
                  overrides: Any = None, trace: pd.DataFrame | None = None,
-                 progress: Any = None, check: bool = True) -> Result:
+                 progress: Any = None, check: bool = True,
+                 stream_to: str | Path | None = None) -> Result:
     """Validate, build and run a scenario; the Python API behind ``specsim run``.
 
     Errors in the input raise ScenarioError / CatalogError / TraceError with one-line
     messages naming the file and key. ``trace`` bypasses the scenario's workload section.
+    ``stream_to``: a folder the iteration log is streamed into as the run goes
+    (``simulation.iteration_log`` says the format); the result then holds no iterations
+    frame (``iterations`` is None) and memory stays flat.
     """
     origin = str(source) if not isinstance(source, dict) else "scenario"
     with in_file(origin):
@@ -627,15 +631,32 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
             model = get_model(sc["model"], "model")
             trace = build_trace(sc, base, model.max_context)
         sim = Simulation(sc, trace, base, progress)
-    t0 = time.perf_counter()
-    sim.run()
-    wall = time.perf_counter() - t0
+    log = None
+    if stream_to is not None:
+        from specsim.simulator.metrics.iteration_log import CHUNK_ROWS, open_log
+
+        log = open_log(sc["simulation"]["iteration_log"], Path(stream_to))
+        sim.metrics.stream_to(log, CHUNK_ROWS)
+    try:
+        t0 = time.perf_counter()
+        sim.run()
+        wall = time.perf_counter() - t0
+    except BaseException:
+        if log is not None:
+            log.close()
+        raise
     if check:
         sim.check_invariants()
     metrics = sim.summary(wall)
-    iters = sim.metrics.iterations_frame()
-    if not sim.record_iterations:  # no rows, but the columns (iterations.csv keeps its header)
-        iters = iters.iloc[:0]
+    if log is not None:
+        if not sim.record_iterations:
+            sim.metrics._n = 0  # no rows, but the columns
+        sim.metrics.finish_stream()
+        iters = None
+    else:
+        iters = sim.metrics.iterations_frame()
+        if not sim.record_iterations:  # no rows, but the columns (the log keeps its header)
+            iters = iters.iloc[:0]
     frame = sim.table.frame()
     if sim.kv_cache is not None:  # per request: prompt tokens found cached, transfer time
         frame["prefix_hit_tokens"] = sim.table.kv_hit_tokens

@@ -92,6 +92,25 @@ class Metrics:
         self._width = len(ITER_COLUMNS) + len(self.extra)
         self._buf = np.empty((4096, self._width))
         self._n = 0
+        self._log = None  # an IterationWriter (iteration_log.py): rows streamed in chunks
+        self._chunk = 0
+        self._streamed = 0  # rows already written to the log
+
+    def stream_to(self, writer, chunk_rows: int) -> None:
+        """Write rows to ``writer`` whenever ``chunk_rows`` are held, so memory stays flat."""
+        self._log, self._chunk = writer, max(int(chunk_rows), 1)
+
+    def finish_stream(self) -> int:
+        """Write the rows still held and close the log; returns the rows written in all."""
+        if self._n or not self._streamed:  # an empty log still gets its columns
+            self._flush()
+        self._log.close()
+        return self._streamed
+
+    def _flush(self) -> None:
+        self._log.write(self.iterations_frame())
+        self._streamed += self._n
+        self._n = 0
 
     def add_itl(self, gaps: np.ndarray) -> None:
         self.itl.add(gaps)
@@ -111,6 +130,8 @@ class Metrics:
 
     def add_iterations(self, m: int, *cols) -> None:
         """``m`` rows at once (scalars broadcast): a committed stretch of a segment."""
+        if self._log is not None and self._n and self._n + m > self._chunk:
+            self._flush()  # before adding: fill_extra may still write the rows added now
         self._reserve(m)
         block = self._buf[self._n:self._n + m]
         for i, c in enumerate(cols):

@@ -29,7 +29,7 @@ from specsim.traces.files import pid_alive
 MARKER = ".specsim-output"
 _TEMP = re.compile(r"^\..*\.specsim-(?:tmp|old)-(\d+)-[0-9a-f]{8}$")
 # what specsim writes into an output folder; nothing else is ever replaced
-_OURS = re.compile(r"^(?:metrics\.json|scenario\.json|requests\.csv|iterations\.csv"
+_OURS = re.compile(r"^(?:metrics\.json|scenario\.json|requests\.csv|iterations\.(?:csv|parquet)"
                    r"|report\.(?:md|html)"
                    r"|replay\.(?:csv|json)"
                    r"|[\w.-]+\.png)$")
@@ -156,47 +156,74 @@ def _temp_dir(parent: Path, out_dir: Path, kind: str = "tmp") -> Path:
     return path
 
 
-def write_outputs(result: Result, out_dir: Path, report: bool = True,
-                  force: bool = False) -> str:
-    """metrics.json, requests.csv, iterations.csv, report.md (+ PNGs) into ``out_dir``.
+class Staging:
+    """The hidden folder a run's outputs are written into before they move to ``--out``
+    (opened before the simulation when the iteration log is streamed into it)."""
 
-    Returns "new", "empty" or "replace" (what was done). Raises a one-line ScenarioError
-    when the destination is not safe or a write fails; nothing is then left behind.
+    def __init__(self, out_dir: Path, force: bool = False) -> None:
+        self.out_dir = Path(out_dir)
+        self.mode = check_destination(self.out_dir, force)
+        self.parent = _abs(self.out_dir).parent
+        staging = _staging(self.out_dir, self.mode)
+        try:
+            staging.mkdir(parents=True, exist_ok=True)
+            for folder in {self.parent, staging}:  # what killed runs left there
+                clean_stale(folder)
+            self.tmp = _temp_dir(staging, self.out_dir)
+        except OSError as exc:
+            raise ScenarioError(f"--out {out_dir}: cannot write there "
+                                f"({exc.strerror or exc})") from None
+
+    def discard(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def write_outputs(result: Result, out_dir: Path, report: bool = True,
+                  force: bool = False, staging: Staging | None = None) -> str:
+    """metrics.json, requests.csv, the iteration log, report.md (+ PNGs) into ``out_dir``.
+
+    ``staging``: the folder the run already streamed its iteration log into (then
+    ``result.iterations`` is None). Returns "new", "empty" or "replace" (what was done).
+    Raises a one-line ScenarioError when the destination is not safe or a write fails;
+    nothing is then left behind.
     """
-    out_dir = Path(out_dir)
-    mode = check_destination(out_dir, force)
-    parent = _abs(out_dir).parent
-    staging = _staging(out_dir, mode)
-    try:
-        staging.mkdir(parents=True, exist_ok=True)
-        for folder in {parent, staging}:  # what killed runs left there
-            clean_stale(folder)
-        tmp = _temp_dir(staging, out_dir)
-    except OSError as exc:
-        raise ScenarioError(f"--out {out_dir}: cannot write there "
-                            f"({exc.strerror or exc})") from None
+    from specsim.simulator.metrics.iteration_log import FILES, open_log, read_log
+
+    if staging is None:
+        staging = Staging(out_dir, force)
+    tmp, mode = staging.tmp, staging.mode
+    fmt = (result.scenario.get("simulation") or {}).get("iteration_log", "csv")
     try:
         (tmp / "metrics.json").write_text(metrics_json(result))
         (tmp / "scenario.json").write_text(scenario_json(result))
         result.requests.to_csv(tmp / "requests.csv", index=False, float_format="%.9g")
-        result.iterations.to_csv(tmp / "iterations.csv", index=False, float_format="%.9g")
+        if result.iterations is not None:
+            log = open_log(fmt, tmp)
+            log.write(result.iterations)
+            log.close()
+        elif not (tmp / FILES[fmt]).is_file():
+            raise OSError(2, f"the streamed {FILES[fmt]} is missing")
         if report:
+            import dataclasses
+
             from specsim.simulator.report.report import write_report
 
-            write_report(result, tmp)
+            shown = result if result.iterations is not None else \
+                dataclasses.replace(result, iterations=read_log(tmp))
+            write_report(shown, tmp)
         files = sorted(p.name for p in tmp.iterdir())
         (tmp / MARKER).write_text(json.dumps({
             "written_by": "specsim", "version": _version(),
             "scenario": result.metrics.get("scenario"),
             "utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "files": files}, indent=1) + "\n")
-        _move_into_place(tmp, out_dir, mode, parent)
+        _move_into_place(tmp, Path(out_dir), mode, staging.parent)
     except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+        staging.discard()
         raise ScenarioError(f"--out {out_dir}: could not write the outputs "
                             f"({exc.strerror or exc}); nothing was left there") from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        staging.discard()
         raise
     return mode
 

@@ -3,7 +3,7 @@ own files, e.g. after a run with ``--no-report`` or with a newer specsim. The ki
 is told by its marker files:
 
 - a run (``.specsim-output`` and metrics.json): from metrics.json, scenario.json,
-  requests.csv and iterations.csv;
+  requests.csv and the iteration log (iterations.parquet or iterations.csv);
 - a baseline pair (a run made with ``specsim run --baseline``: metrics.json holds the
   ``baseline`` section, the speculation-off twin's figures): the same, with the comparison
   and the two product tables (daily cost and energy, native vs speculative);
@@ -25,6 +25,7 @@ import pandas as pd
 
 from specsim.errors import ScenarioError
 from specsim.simulator.cluster.engine import Result
+from specsim.simulator.metrics.iteration_log import read_log
 from specsim.simulator.report.output import MARKER
 from specsim.simulator.report.report import PLOTS, write_report
 
@@ -37,8 +38,8 @@ def _read(folder: Path) -> Result:
         scenario = (json.loads((folder / "scenario.json").read_text())
                     if (folder / "scenario.json").is_file() else {})
         req = pd.read_csv(folder / "requests.csv")
-        it = (pd.read_csv(folder / "iterations.csv") if (folder / "iterations.csv").is_file()
-              else pd.DataFrame())
+        it = read_log(folder)
+        it = it if it is not None else pd.DataFrame()
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{folder}: not a readable specsim run output ({exc})") from None
     if not isinstance(metrics, dict):
