@@ -94,3 +94,69 @@ def test_the_planned_fleet_meets_the_slos_as_a_plain_scenario_and_one_replica_le
 
     assert _check(fleet(2), SLOS)[0]
     assert not _check(fleet(1), SLOS)[0]
+
+
+# ----------------------------------------------------------------- PD split (rule 4)
+PD = str(REPO / "scenarios" / "pd_disaggregated.yaml")
+PD_SLOS = {"ttft_p99": 0.5, "tpot_p99": 0.01}
+LINK = {"bandwidth_gb_s": 50, "latency_s": 1.0e-5, "shared": True}
+
+
+def _split(p: int, d: int, **decode) -> dict:
+    return {"prefill": {"count": p}, "decode": {"count": d, **decode}, "link": LINK}
+
+
+def test_a_pd_replica_is_its_pools_devices_and_prices():
+    from specsim.cost_models.catalog import get_hardware
+
+    planner = Planner(PD, PD_SLOS, qps=20.0, requests=60, rel_tol=0.3, duration_s=10.0)
+    row = planner.plan_one({"disaggregation": _split(1, 3, accelerator="A100-SXM-80GB")})
+    assert row.feasible, row.why
+    h100 = get_hardware("H100-SXM", "h").price_usd_per_hour
+    a100 = get_hardware("A100-SXM-80GB", "a").price_usd_per_hour
+    assert row.devices == 4 * row.replicas
+    assert row.usd_per_hour == pytest.approx(row.replicas * (1 * h100 + 3 * a100))
+    mixed = planner.plan_one({"disaggregation": None})
+    assert mixed.devices == mixed.replicas  # a mixed replica: one worker, TP 1
+
+
+def test_the_planned_pd_fleet_meets_the_slos_as_a_plain_scenario_and_one_unit_less_does_not():
+    from specsim.simulator.cluster.engine import run_scenario
+    from specsim.simulator.planning.plan import RATE_KEY, REQUESTS_KEY, _check
+
+    config = {"disaggregation": _split(1, 1)}
+    first = Planner(PD, PD_SLOS, qps=200.0, requests=60, rel_tol=0.1,
+                    duration_s=10.0).plan_one(config)
+    qps = 1.8 * first.replica_rate
+    assert qps >= first.fail_rate
+    row = Planner(PD, PD_SLOS, qps=qps, requests=60, rel_tol=0.1,
+                  duration_s=10.0).plan_one(config)
+    assert row.feasible and row.replicas == 2 and row.devices == 4
+
+    def fleet(units: int) -> dict:
+        n = max(60, int(qps * 10.0))
+        return run_scenario(PD, overrides={
+            "disaggregation": _split(units, units), "hardware.count": 2 * units,
+            RATE_KEY: qps, REQUESTS_KEY: n, "simulation.horizon_s": 1.5 * n / qps + 30.0,
+            "simulation.record_iterations": False, "simulation.progress": False}).metrics
+
+    assert _check(fleet(2), PD_SLOS)[0]
+    assert not _check(fleet(1), PD_SLOS)[0]
+
+
+def test_pd_split_in_the_space_file_and_bad_splits(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("disaggregation:\n  - null\n  - {prefill: {count: 1}, decode: {count: 1}}\n")
+    out = tmp_path / "plan"
+    assert main(["plan", PD, "--slo", "ttft_p99=0.5", "--qps", "10", "--space", str(space),
+                 "--requests", "40", "--duration", "5", "--quiet", "--out", str(out)]) == 0
+    import pandas as pd
+
+    df = pd.read_csv(out / "plan.csv")
+    assert sorted(df["disaggregation"]) == ["PD 1:1", "mixed"]
+    space.write_text("disaggregation:\n  - {prefill: {count: 0}, decode: {count: 1}}\n")
+    assert main(["plan", PD, "--slo", "ttft_p99=0.5", "--qps", "10", "--space", str(space),
+                 "--quiet", "--out", str(tmp_path / "bad")]) == 0  # rule 2: rejected, with why
+    bad = pd.read_csv(tmp_path / "bad" / "plan.csv")
+    assert not bad["feasible"].any()
+    assert "disaggregation.prefill.count: expected a positive integer" in bad["why_rejected"][0]

@@ -14,6 +14,9 @@ Rules:
    the SLOs even at the lowest rate tried is rejected with the reason (which SLO, at what
    load).
 3. Ranking: feasible configurations by $/hour of the sized fleet, then $/million tokens.
+4. PD split: a configuration with ``disaggregation`` (prefill and decode pools) plans in
+   replicas of one PD unit, its devices the pools' sum and its $/hour the pools' prices;
+   the space lists splits as values of ``disaggregation`` (null: mixed workers).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specsim.errors import ScenarioError
+from specsim.messages import show as show_value
 
 #: --slo names -> (metrics key, statistic)
 SLO_KEYS = {"ttft_p50": ("ttft_s", "p50"), "ttft_p90": ("ttft_s", "p90"),
@@ -119,12 +123,35 @@ class Planner:
         self.duration_s = duration_s  # of arrivals per probe, at least: a steady state, not
         # a burst that drains before a queue can build
 
+    def replica_devices(self, config: dict[str, Any]) -> int:
+        """Devices of one replica: a worker's TP group, or (rule 4) a PD unit's pools."""
+        from specsim.simulator.scenario import config as cfg
+
+        raw = (dict(self.base) if isinstance(self.base, dict)
+               else cfg.read_yaml(self.base))
+        eff = cfg.apply_overrides(raw, config)
+        hw = eff.get("hardware") if isinstance(eff.get("hardware"), dict) else {}
+        tp = hw.get("tensor_parallel", 1)
+        pd = eff.get("disaggregation")
+        if not pd:
+            return int(config.get("hardware.tensor_parallel", 1))
+        devices = 0
+        for name in ("prefill", "decode"):
+            pool = pd.get(name) if isinstance(pd, dict) else None
+            if not isinstance(pool, dict) or not isinstance(pool.get("count"), int) \
+                    or isinstance(pool.get("count"), bool) or pool["count"] < 1:
+                raise ScenarioError(f"--space disaggregation.{name}.count: expected a "
+                                    f"positive integer, got {show_value(pool)}")
+            pool_tp = pool.get("tensor_parallel", tp)
+            devices += pool["count"] * (pool_tp if isinstance(pool_tp, int) else 1)
+        return devices
+
     def probe(self, config: dict[str, Any], rate: float) -> Probe:
         from specsim.simulator.cluster.engine import run_scenario
 
         n = max(self.requests, math.ceil(rate * self.duration_s))
         over = {**config, RATE_KEY: rate, REQUESTS_KEY: n,
-                "hardware.count": config.get("hardware.tensor_parallel", 1),
+                "hardware.count": self.replica_devices(config),
                 "simulation.horizon_s": 1.5 * n / rate + 30.0,
                 "simulation.record_iterations": False, "simulation.progress": False}
         m = run_scenario(self.base, overrides=over, seed=self.seed).metrics
@@ -176,9 +203,8 @@ class Planner:
         row.why = "" if at.ok else f"at the sized load: {at.why}"
         row.replica_rate = best.rate
         row.replicas = replicas
-        tp = int(config.get("hardware.tensor_parallel", 1))
-        row.devices = replicas * tp
-        price = m["fleet"]["price_usd_per_device_hour"]
+        row.devices = replicas * int(m["fleet"]["devices"])  # a worker's TP, or a PD unit
+        price = m["fleet"]["price_usd_per_device_hour"]  # (device-weighted over PD pools)
         row.usd_per_hour = row.devices * price
         tok_s = m["throughput_output_tokens_per_s"] * replicas
         row.usd_per_million_tokens = row.usd_per_hour / 3600.0 / tok_s * 1e6 if tok_s else None
@@ -205,13 +231,27 @@ def rank(rows: list[PlanRow]) -> list[PlanRow]:
     return ok + [r for r in rows if not r.feasible]
 
 
+def config_label(key: str, value: Any) -> Any:
+    """A space value as a table cell: a PD split reads ``PD 1:3`` (prefill:decode workers),
+    no split ``mixed``; other values as given."""
+    if key != "disaggregation":
+        return value
+    if not value:
+        return "mixed"
+    pools = [value.get(n) or {} for n in ("prefill", "decode")]
+    label = "PD " + ":".join(str(p.get("count", "?")) for p in pools)
+    tps = [p.get("tensor_parallel") for p in pools]
+    return label + (f" (TP {tps[0] or '-'}:{tps[1] or '-'})" if any(tps) else "")
+
+
 def rows_frame(rows: list[PlanRow]):
     """A tidy table: one row per configuration."""
     import pandas as pd
 
     recs = []
     for i, r in enumerate(rows):
-        rec = {"rank": i + 1 if r.feasible else None, **r.config, "feasible": r.feasible,
+        rec = {"rank": i + 1 if r.feasible else None,
+               **{k: config_label(k, v) for k, v in r.config.items()}, "feasible": r.feasible,
                "replicas": r.replicas, "devices": r.devices,
                "replica_rate_req_s": r.replica_rate, "usd_per_hour": r.usd_per_hour,
                "usd_per_million_tokens": r.usd_per_million_tokens,

@@ -43,6 +43,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from specsim.simulator.planning.plan import (
         RATE_KEY,
         Planner,
+        config_label,
         parse_slos,
         rows_frame,
         space_points,
@@ -93,7 +94,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         tab.add_column(col, overflow="fold")
     for r in rows:
         tab.add_row(str(rows.index(r) + 1) if r.feasible else "-",
-                    *[str(r.config.get(k)) for k in keys],
+                    *[str(config_label(k, r.config.get(k))) for k in keys],
                     str(r.replicas or "-"), str(r.devices or "-"),
                     f"{r.replica_rate:.3g}" if r.replica_rate else "-",
                     f"{r.usd_per_hour:,.2f}" if r.usd_per_hour is not None else "-",
