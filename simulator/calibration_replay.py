@@ -64,7 +64,8 @@ def scenario_for_run(run: dict[str, Any], profile_path: str | Path,
         "workload": {"synthetic": {"arrival": {"process": "poisson", "rate": 1.0},
                                    "requests": 1, "prompt_tokens": run["prompt_len"],
                                    "output_tokens": run["output_tokens"]}},
-        "simulation": {"progress": False, "record_iterations": False},
+        "simulation": {"progress": False, "record_iterations": False,
+                       "overload": {"detect": False}},  # the engine ran every request
     }
 
 

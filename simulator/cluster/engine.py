@@ -33,6 +33,7 @@ from specsim.errors import ScenarioError
 from specsim.simulator import rng
 from specsim.simulator.cluster import requests as rq
 from specsim.simulator.cluster.arrivals import ClosedLoop, OpenLoop
+from specsim.simulator.cluster.overload import Overloaded, make_watch
 from specsim.simulator.cluster.worker import Ledger, Worker
 from specsim.simulator.execution.executor import Executor
 from specsim.simulator.execution.kernel import Kernel
@@ -330,6 +331,8 @@ class Simulation:
             from specsim.simulator.cluster.pd import PDCluster  # are the decode pool
 
             self.pd = PDCluster(self, d.pools)
+        self.overload: dict[str, Any] | None = None  # set when the watch stops the run
+        self.watch = make_watch(self, sc["simulation"]["overload"])
         self.env.process(self.arrivals.process())
 
     def _context_notes(self, trace: pd.DataFrame) -> None:
@@ -386,6 +389,8 @@ class Simulation:
                 w.submit(rid)
         if self.progress is not None and rid % 256 == 0:
             self.progress(self.env.now, rid + 1)
+        if self.watch is not None:
+            self.watch.on_arrival(rid)
 
     STATIC_REASONS = {1: "exceeds model context", 2: "exceeds KV capacity"}
 
@@ -430,17 +435,31 @@ class Simulation:
 
     # ------------------------------------------------------------------ running
     def run(self) -> None:
-        if self.horizon is not None:
-            self.env.run(until=self.horizon)
-            for w in self.workers:  # iterations that ended before the horizon count
-                w.sync(self.horizon, strict=True)
-        else:
-            self.env.run()
+        try:
+            if self.horizon is not None:
+                self.env.run(until=self.horizon)
+            else:
+                self.env.run()
+        except Overloaded as stop:  # a queue that only grows: stop here, as at a horizon
+            self.overload = stop.info
+            self.notes.append(
+                f"overloaded: stopped at {stop.info['at_s']:.0f} s simulated with "
+                f"{stop.info['queued_requests']:,} requests queued (arrivals "
+                f"{stop.info['arrival_rate_per_s']:.2f}/s vs completions "
+                f"{stop.info['completion_rate_per_s']:.2f}/s; {stop.info['rule']}); the "
+                "figures cover the run until then (simulation.overload.detect: false runs on)")
+        end = self.overload["at_s"] if self.overload is not None else self.horizon
+        if end is not None:
+            for w in self.workers:  # iterations that ended before the stop count
+                w.sync(end, strict=True)
 
     def summary(self, wall_s: float) -> dict[str, Any]:
         t, sc = self.table, self.sc
         now = float(self.env.now)
-        arrived = int((t.arrival <= now).sum()) if self.horizon is not None else t.n
+        if self.overload is not None:  # the requests whose arrival was processed
+            arrived = int(np.count_nonzero(t.status != rq.PENDING))
+        else:
+            arrived = int((t.arrival <= now).sum()) if self.horizon is not None else t.n
         done = t.status == rq.DONE
         rejected = int((t.status == rq.REJECTED).sum())
         out_tokens = int(t.generated.sum())
@@ -463,6 +482,7 @@ class Simulation:
         drafted = int(t.drafted.sum())
         cal = self.calibration
         out = {
+            **({"overload": self.overload} if self.overload is not None else {}),
             "scenario": sc["name"],
             "seed": self.seed,
             "requests_arrived": arrived,
@@ -492,6 +512,9 @@ class Simulation:
             "kv_blocks_per_worker": self.kv_blocks,
             "kv_blocks_used_at_end": int(sum(w.kv.held for w in self.workers)),
             "preemptions": int(sum(w.preemptions for w in self.workers)),
+            "speculative_kv_blocks": {  # decode steps' blocks for draft + bonus tokens
+                "allocated": int(sum(w.spec_blocks_taken for w in self.workers)),
+                "freed_rejected": int(sum(w.spec_blocks_freed for w in self.workers))},
             "iterations": int(sum(w.ledger.iterations for w in self.workers)),
             "cost_usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
             "energy_j_per_output_token": energy / out_tokens if out_tokens else None,

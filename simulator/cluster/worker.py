@@ -149,6 +149,8 @@ class Worker:
         self.run = np.zeros(0, np.int64)
         self.waiting: deque[int] = deque()
         self.preemptions = 0
+        self.spec_blocks_taken = 0  # KV blocks decode steps took for draft + bonus tokens
+        self.spec_blocks_freed = 0  # of them, those of rejected drafts, returned after steps
         # a KV pool with a prefix cache / tiers / swap (simulator/kv/prefix_cache.py)
         self.cache = kv if hasattr(kv, "admit") else None
         self.preempt_kinds = {"recompute": 0, "swap": 0}
@@ -294,6 +296,9 @@ class Worker:
         first = seg.done
         finished = self.kernel.commit(seg, upto, self.kv, self.ledger, self.metrics, self.wid,
                                       self.record)
+        if seg.spec_free is not None:
+            self.spec_blocks_freed += int(seg.spec_free[first:upto].sum())
+            self.spec_blocks_taken += int(seg.spec_alloc[first:upto].sum())
         if self.cache is not None:  # evictions and inserts step by step, as if run so
             self.cache.commit_steps(seg, first, upto)
             if self.record and upto > first:

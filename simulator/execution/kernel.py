@@ -62,6 +62,8 @@ class Segment:
     pf_tokens: np.ndarray | None = None  # (S,) prompt tokens in each step's target pass
     done: int = 0
     reason: int = 0  # the speculation policy's decision (Metrics.reason_code)
+    spec_free: np.ndarray | None = None  # (S,) blocks of rejected drafts, freed after the step
+    spec_alloc: np.ndarray | None = None  # (S,) blocks decode rows took for the step's tokens
 
     def steps_ending_by(self, t: float, strict: bool = False) -> int:
         """How many planned steps have ended by time t (end <= t, or < t if strict)."""
@@ -226,9 +228,20 @@ class Kernel:
         end = now + np.cumsum(dt)
         start = end - dt
         m = int(np.argmin(ok)) if not ok.all() else S
-        return Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc, emit,
-                       kv_add, count0, alive, finishing, during, after_rows, pre0,
-                       pre0 & done0 & (gen0 == 0), max(m, 1), dflops, dbytes, pf_tokens)
+        seg = Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc, emit,
+                      kv_add, count0, alive, finishing, during, after_rows, pre0,
+                      pre0 & done0 & (gen0 == 0), max(m, 1), dflops, dbytes, pf_tokens)
+        # speculative KV, over decode rows that go on (a finishing row frees everything): the
+        # blocks each step took for its draft + bonus tokens, and those of rejected drafts,
+        # returned after the step
+        dec = alive & ~finishing
+        if has_pre:
+            dec[0] &= ~pre0
+        # (a block held before the step, e.g. admission's spare one, is not a draft's)
+        seg.spec_free = np.where(dec, np.maximum(during_rows - np.maximum(after_rows, held), 0),
+                                 0).sum(axis=1)
+        seg.spec_alloc = np.where(dec, during_rows - held, 0).sum(axis=1)
+        return seg
 
     def commit(self, seg: Segment, upto: int, kv, ledger, metrics, wid: int,
                record: bool) -> np.ndarray:

@@ -340,7 +340,8 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
     """``Kernel.plan`` up to pricing: the (S, B) arrays and the per-step aggregates, packed
     so that few arrays cross back into Python (each costs a microsecond or so):
     Ia = (k, acc, emit, kv_add, after_rows); Bo = alive (S rows), finishing (S rows),
-    count0, first0; Iv = (during, seqs); Fa = (tokens, qc, csum, logits, pf_tokens, pf_qc,
+    count0, first0; Iv = (during, seqs, spec_free,
+    spec_alloc); Fa = (tokens, qc, csum, logits, pf_tokens, pf_qc,
     chunks); ctx (S, B)."""
     B = len(rows)
     gen0 = np.empty(B, np.int64)
@@ -355,7 +356,7 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
         S = max(min(S, lmax + 1), 1)
     Ia = np.empty((5, S, B), np.int64)
     Bo = np.empty((2 * S + 2, B), np.bool_)
-    Iv = np.zeros((2, S), np.int64)
+    Iv = np.zeros((4, S), np.int64)
     Fa = np.zeros((7, S))
     k, acc, emit, kv_add, after_rows = Ia[0], Ia[1], Ia[2], Ia[3], Ia[4]
     alive, finishing, count0, first0 = Bo[:S], Bo[S:2 * S], Bo[2 * S], Bo[2 * S + 1]
@@ -455,6 +456,9 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
                 ar = 0
             during_rows[s, i] = dr
             after_rows[s, i] = ar
+            if al and not fin and not (s == 0 and has_pre and pre0[i]):  # a decode step:
+                Iv[2, s] += max(dr - max(ar, held), 0)  # rejected drafts' blocks, returned
+                Iv[3, s] += dr - held  # blocks taken for its draft + bonus tokens
             ctx[s, i] = np.float64(kvb) if al else 0.0
             kvb += ka
     ok = np.empty(S, np.bool_)
@@ -854,9 +858,11 @@ class Compiled:
             start, end = np.empty(S), np.empty(S)
             _times(float(now), np.asarray(dt, np.float64), start, end)
         k, acc, emit, kv_add, after_rows = Ia
-        return Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc,
-                       emit, kv_add, Bo[2 * S], Bo[:S], Bo[S:2 * S], Iv[0], after_rows, pre0,
-                       Bo[2 * S + 1], m, dflops, dbytes, pf_tokens)
+        seg = Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc,
+                      emit, kv_add, Bo[2 * S], Bo[:S], Bo[S:2 * S], Iv[0], after_rows, pre0,
+                      Bo[2 * S + 1], m, dflops, dbytes, pf_tokens)
+        seg.spec_free, seg.spec_alloc = Iv[2], Iv[3]
+        return seg
 
     # ------------------------------------------------------------ commit
     def commits(self, ledger) -> bool:

@@ -215,6 +215,16 @@ def _calibration_banner(v: _View) -> str:
             + (f"; source: {src}" if src else "") + ").")
 
 
+def _overload_banner(v: _View) -> str:
+    o = v.m["overload"]
+    return (f"> **Overloaded: the run was stopped at {_num(o.get('at_s'))} s simulated** with "
+            f"{o.get('queued_requests', 0):,} requests queued (oldest waiting "
+            f"{_num(o.get('oldest_wait_s'))} s): arrivals {_num(o.get('arrival_rate_per_s'))}/s "
+            f"against completions {_num(o.get('completion_rate_per_s'))}/s ({o.get('rule')}). "
+            "Every figure below covers the run until then; this load is beyond the fleet's "
+            "capacity (`simulation.overload.detect: false` simulates the whole backlog).")
+
+
 def _latency_table(v: _View) -> str:
     m = v.m
     rows = []
@@ -253,6 +263,11 @@ def _metrics_table(v: _View) -> str:
         ["KV cache peak", _pct(m.get("kv_peak_utilization")),
          f"of {_num(m.get('kv_blocks_per_worker'))} blocks/worker"],
         ["preemptions", _num(m.get("preemptions")), "requests"],
+        *([["speculative KV blocks taken / returned",
+            f"{_num(m['speculative_kv_blocks'].get('allocated'))} / "
+            f"{_num(m['speculative_kv_blocks'].get('freed_rejected'))}",
+            "decode steps' blocks for draft + bonus tokens / those of rejected drafts"]]
+          if m.get("drafted_tokens") and m.get("speculative_kv_blocks") else []),
         ["iterations", _num(m.get("iterations")), "worker steps"],
         ["simulated / wall time", f"{_num(m.get('simulated_time_s'))} / "
                                   f"{_num(m.get('wall_time_s'))}", "s"],
@@ -945,6 +960,7 @@ def write_report(result: Any, out_dir: Path) -> None:
     m = v.m
     name = m.get("scenario") or v.sc.get("name") or "scenario"
     parts = [f"# specsim report: {name}", "", _intro(v), "", _calibration_banner(v), "",
+             *([_overload_banner(v), ""] if v.m.get("overload") else []),
              "## Latency", "", _latency_table(v), "",
              "TTFT = first token - arrival (queueing and prefill included). TPOT = (last - "
              "first token time) / (output tokens - 1). ITL = gaps between deliveries to one "

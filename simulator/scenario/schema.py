@@ -642,6 +642,18 @@ class Cost(Section):
     power_max_w: OptFloat(0.0, 1e7) = None
 
 
+class Overload(Section):
+    """``simulation.overload``: stop a run whose queue only grows (simulator/cluster/overload.py)."""
+
+    detect: Bool = Field(True, description="stop and report a queue that only grows")
+    window_s: Float(0.0, 1e9, exclusive_lo=True) = Field(
+        30.0, description="simulated seconds between two looks at the queue")
+    windows: Int(1, 10_000) = Field(
+        6, description="consecutive looks the queue must have grown in")
+    max_wait_s: Float(0.0, 1e9, exclusive_lo=True) = Field(
+        120.0, description="and the oldest queued request has waited longer than this")
+
+
 class Simulation(Section):
     horizon_s: OptFloat(0.0, 1e9, exclusive_lo=True) = Field(
         None, description="stop here; unfinished requests are counted in flight")
@@ -653,6 +665,7 @@ class Simulation(Section):
     iteration_log: Literal["parquet", "csv"] = Field(
         "parquet", description="the iteration log's format with --out: iterations.parquet "
         "(streamed in row groups) or iterations.csv (streamed in chunks)")
+    overload: _section(Overload)
 
 
 class PdPool(Section):

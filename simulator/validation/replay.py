@@ -107,7 +107,8 @@ def replay_scenario(run: MeasuredRun, base: str | Path | None = None, *, model: 
         "name": f"replay {run.name}", "seed": 0,
         "speculation": {"method": "none"},
         "workload": {"replay": str(run.path)},
-        "simulation": {"progress": False, "record_iterations": record_iterations},
+        "simulation": {"progress": False, "record_iterations": record_iterations,
+                       "overload": {"detect": False}},  # the engine ran every request
     }
     if run.model:
         sc["model"] = run.model
