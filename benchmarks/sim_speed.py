@@ -3,11 +3,12 @@
 Runs one scenario (default: scenarios/chat.yaml, speculation on) at 1k, 10k and 100k
 requests, each in a fresh subprocess so peak memory is that run's alone, and prints a table;
 then a Mooncake multi-turn row with the radix prefix cache (scenarios/mooncake_cache_aware.yaml,
-its first --mooncake requests; skipped when ../shared/data has no Mooncake trace).
+its first --mooncake requests; skipped when ../shared/data has no Mooncake trace), and a PD
+row (scenarios/pd_disaggregated.yaml at --pd requests).
 A benchmark figure, not a test: the target is 100k chat requests in under 60 s on one core.
 
     python benchmarks/sim_speed.py [--scenario FILE] [--sizes 1000 10000 100000] [--no-fast-path]
-        [--mooncake 1000] [--set KEY=VALUE ...]
+        [--mooncake 1000] [--pd 5000] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ def main() -> int:
     ap.add_argument("--no-fast-path", action="store_true")
     ap.add_argument("--mooncake", type=int, default=1000,
                     help="requests of the Mooncake radix-cache row (0: none)")
+    ap.add_argument("--pd", type=int, default=5000,
+                    help="requests of the PD row (scenarios/pd_disaggregated.yaml; 0: none)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="extra overrides for the main scenario (e.g. kv_cache.prefix_cache=true)")
     args = ap.parse_args()
@@ -87,6 +90,15 @@ def main() -> int:
               f"{r['simulated_s']:>12.0f} {r['peak_rss_mb']:>12.0f}")
     elif args.mooncake:
         print(f"\n(no Mooncake row: {mooncake} is absent)")
+    if args.pd:
+        n = args.pd
+        r = child(str(REPO / "scenarios" / "pd_disaggregated.yaml"), n,
+                  "workload.synthetic.requests", {})
+        print(f"\nPD disaggregation, 2 prefill + 2 decode H100s, KV over a shared link "
+              f"(scenarios/pd_disaggregated.yaml, {n} requests):")
+        print(f"{n:>9} {r['wall_s']:>8.2f} {r['sim_wall_s']:>10.2f} {n / r['wall_s']:>11.0f} "
+              f"{r['iterations']:>11} {1e6 * r['sim_wall_s'] / max(r['iterations'], 1):>8.1f} "
+              f"{r['simulated_s']:>12.0f} {r['peak_rss_mb']:>12.0f}")
     return 0
 
 

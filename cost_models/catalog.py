@@ -68,6 +68,10 @@ class HardwareSpec:
     price_date: str
     source: str
     notes: str = ""
+    # the host's DRAM per device and the host link per direction (a KV tier's defaults)
+    host_memory_bytes: float | None = None
+    host_link_bw: float | None = None
+    host_source: str = ""
 
     def peak(self, dtype: str) -> tuple[float, str]:
         """Peak FLOP/s for ``dtype``, falling back to the next wider supported dtype.
@@ -106,6 +110,9 @@ def hardware_from_dict(name: str, entry: Any, where: str) -> HardwareSpec:
         price_date=e.price_date,
         source=e.source,
         notes=e.notes or "",
+        host_memory_bytes=e.host.memory_gb_per_device * 1e9 if e.host else None,
+        host_link_bw=e.host.link_gb_s * 1e9 if e.host else None,
+        host_source=e.host.source if e.host else "",
     )
 
 

@@ -146,6 +146,14 @@ class Interconnect(Entry):
     name: OptStr = None
 
 
+class HostMemory(Entry):
+    """The host a device sits in: its share of system DRAM and its host link (a KV tier)."""
+
+    memory_gb_per_device: PosNum
+    link_gb_s: PosNum  # per direction
+    source: Str
+
+
 class PowerW(Entry):
     idle: NonNegNum
     max: PosNum
@@ -172,6 +180,7 @@ class HardwareEntry(Entry):
     vendor: OptStr = None
     price_date: DateStr = ""
     notes: OptStr = None
+    host: HostMemory | None = None
 
 
 class MoEEntry(Entry):

@@ -338,8 +338,34 @@ def test_kv_cache_keys_are_checked():
         run(base({"prefix_cache": True, "page_size": 32}), trace([100], [5]))
     with pytest.raises(ScenarioError, match="kv_cache.preemption: swap needs a tier"):
         run(base({"preemption": "swap"}), trace([100], [5]))
-    with pytest.raises(ScenarioError, match=r"kv_cache.tiers.0.capacity_gb: required"):
-        run(base({"tiers": [{"name": "host_dram"}]}), trace([100], [5]))
+    with pytest.raises(ScenarioError, match=r"kv_cache.tiers.0.capacity_gb: expected GB"):
+        run(base({"tiers": [{"name": "ssd"}]}), trace([100], [5]))  # no catalog default
+
+
+def test_host_dram_defaults_come_from_the_catalog_with_their_source():
+    from specsim.cost_models.catalog import get_hardware
+
+    h100 = get_hardware("H100-SXM", "h")
+    tr = trace([100], [5])
+    res = run(base({"prefix_cache": True, "tiers": [{"name": "host_dram"}]},
+                   **{"hardware": {"accelerator": "H100-SXM", "count": 2,
+                                   "tensor_parallel": 2}}), tr)
+    note = next(n for n in res.notes if n.startswith("kv_cache tiers"))
+    per_worker_gb = 2 * h100.host_memory_bytes / 1e9  # a TP-2 worker's two devices' share
+    assert f"host_dram {per_worker_gb:g} GB at {h100.host_link_bw / 1e9:g} GB/s" in note
+    assert "capacity and link from the H100-SXM catalog entry" in note
+    assert "DGX H100 datasheet" in note and "assumed" not in note
+    # given values win; a tier the catalog does not cover keeps the assumed link, said so
+    res = run(base({"prefix_cache": True,
+                    "tiers": [{"name": "host_dram", "capacity_gb": 64, "bandwidth_gb_s": 20},
+                              {"name": "ssd", "capacity_gb": 500}]}), tr)
+    note = next(n for n in res.notes if n.startswith("kv_cache tiers"))
+    assert "host_dram 64 GB at 20 GB/s" in note and "catalog" not in note
+    assert "ssd 500 GB at 25 GB/s" in note and "(assumed link default)" in note
+    # an accelerator without a host entry: host_dram needs its capacity
+    with pytest.raises(ScenarioError, match=r"kv_cache.tiers.0.capacity_gb: expected GB"):
+        run(base({"prefix_cache": True, "tiers": [{"name": "host_dram"}]},
+                 **{"hardware": {"accelerator": "H200-SXM", "count": 1}}), tr)
 
 
 # ---------------------------------------------------------------- real traces

@@ -62,6 +62,11 @@ from specsim.traces.errors import TraceError
 USER_ERRORS = (ScenarioError, CatalogError, TraceError)
 
 
+#: GB/s per device of a KV tier with no link given or in the catalog (assumed: a PCIe Gen5
+#: x16 host link's practical copy rate)
+ASSUMED_TIER_GB_S = 25.0
+
+
 @dataclass
 class Result:
     """What a run produced: the metrics dict and the per-request / per-iteration tables."""
@@ -183,26 +188,43 @@ class Deployment:
             raise ScenarioError(f"kv_cache.page_size: expected scheduler.block_size ({ps}): a "
                                 f"cache page is a KV block, got {kc.page_size}")
         page_bytes = max(int(round(self.kv_bytes_per_token_device * self.tp * ps)), 1)
-        tiers, names = [], []
+        tiers, names, said = [], [], []
+        hw = self.hw
         for i, t in enumerate(kc.tiers):
-            if t["capacity_gb"] * 1e9 < page_bytes:
-                raise ScenarioError(f"kv_cache.tiers.{i}.capacity_gb: {t['capacity_gb']:g} GB "
+            cap, bw, whence = t["capacity_gb"], t["bandwidth_gb_s"], []
+            host = t["name"] == "host_dram" and hw.host_memory_bytes is not None
+            if cap is None:
+                if not host:
+                    raise ScenarioError(
+                        f"kv_cache.tiers.{i}.capacity_gb: expected GB of this worker's KV "
+                        f"the tier holds (only host_dram has a catalog default, and "
+                        f"{hw.name} has " + ("one" if hw.host_memory_bytes else "none") + ")")
+                cap = hw.host_memory_bytes * self.tp / 1e9  # the worker's devices' share
+                whence.append("capacity")
+            if bw is None:
+                if host and hw.host_link_bw is not None:
+                    bw = hw.host_link_bw / 1e9
+                    whence.append("link")
+                else:
+                    bw = ASSUMED_TIER_GB_S
+                    whence.append("assumed link")
+            if cap * 1e9 < page_bytes:
+                raise ScenarioError(f"kv_cache.tiers.{i}.capacity_gb: {cap:g} GB "
                                     f"holds no {page_bytes:,}-byte page of {self.model.name}")
-            tiers.append(pc.TierSpec(t["name"], t["capacity_gb"] * 1e9,
-                                     t["bandwidth_gb_s"] * 1e9 * self.tp, t["latency_s"]))
+            tiers.append(pc.TierSpec(t["name"], cap * 1e9, bw * 1e9 * self.tp, t["latency_s"]))
             names.append(t["name"])
+            src = [w for w in whence if w != "assumed link"]
+            said.append(f"{t['name']} {cap:g} GB at {bw:g} GB/s per device + "
+                        f"{t['latency_s'] * 1e6:g} us"
+                        + (f" ({' and '.join(src)} from the {hw.name} catalog entry: "
+                           f"{hw.host_source})" if src else "")
+                        + (" (assumed link default)" if "assumed link" in whence else ""))
         swap_tier = 1 + (names.index(kc.swap_tier) if kc.swap_tier is not None else 0)
         if tiers:
-            from specsim.simulator.scenario.schema import KvTier
-
-            dflt = {k: KvTier.model_fields[k].default for k in ("bandwidth_gb_s", "latency_s")}
-            self.notes.append("kv_cache tiers (per worker): " + "; ".join(
-                f"{t['name']} {t['capacity_gb']:g} GB at {t['bandwidth_gb_s']:g} GB/s per "
-                f"device + {t['latency_s'] * 1e6:g} us"
-                + (" (assumed link defaults)" if any(t[k] == v for k, v in dflt.items())
-                   else "") for t in kc.tiers)
-                + "; promotions and swaps are charged to the iteration that needs them, "
-                  "demotions are background write-backs (not charged)")
+            self.notes.append("kv_cache tiers (per worker): " + "; ".join(said)
+                              + "; promotions and swaps are charged to the iteration that "
+                                "needs them, demotions are background write-backs (not "
+                                "charged)")
         return pc.CacheConfig(bool(kc.prefix_cache), ps, page_bytes, kc.eviction, tiers,
                               kc.preemption == "swap", swap_tier, bool(kc.layerwise_loading))
 

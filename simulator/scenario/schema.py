@@ -538,15 +538,19 @@ class Router(Section):
 
 
 class KvTier(Section):
-    """One ``kv_cache.tiers`` entry: a memory tier below HBM, per worker. No catalog entry
-    gives host memory, so ``capacity_gb`` is required; the link defaults are assumed."""
+    """One ``kv_cache.tiers`` entry: a memory tier below HBM, per worker. A ``host_dram``
+    tier takes its capacity and link from the accelerator's catalog ``host`` entry (with its
+    source) when not given; any other tier needs ``capacity_gb``, and its link default is
+    assumed."""
 
     name: Str = Field(description="e.g. host_dram, remote_dram, ssd (unique)")
-    capacity_gb: Float(0.0, 1e9, exclusive_lo=True) = Field(
-        description="GB (1e9 bytes) of this worker's KV the tier holds (required)")
-    bandwidth_gb_s: Float(1e-3, 1e6) = Field(
-        25.0, description="GB/s per device between this tier and the one above (assumed "
-                          "default: a PCIe Gen5 x16 host link's practical copy rate)")
+    capacity_gb: OptFloat(0.0, 1e9, exclusive_lo=True) = Field(
+        None, description="GB (1e9 bytes) of this worker's KV the tier holds (host_dram: "
+                          "the catalog's host memory per device x devices per worker)")
+    bandwidth_gb_s: OptFloat(1e-3, 1e6) = Field(
+        None, description="GB/s per device between this tier and the one above (host_dram: "
+                          "the catalog's host link; else assumed 25, a PCIe Gen5 x16 host "
+                          "link's practical copy rate)")
     latency_s: Float(0.0, 60.0) = Field(1e-5, description="per transfer (assumed default)")
 
 
