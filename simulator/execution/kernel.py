@@ -74,9 +74,16 @@ class Segment:
         return min(int(np.searchsorted(self.start[: self.m], t, side="left")), self.m)
 
 
+#: ``simulation.compiled: auto`` compiles only runs at least this long: below it numba's
+#: import and cache load (about 0.3-0.5 s) cost more than the loop saves (results are the
+#: same bits either way)
+AUTO_MIN_REQUESTS = 3000
+
+
 def _compiled(kernel, mode: bool | str):
-    """The compiled kernel for ``simulation.compiled`` (auto: when numba is installed)."""
-    if mode is False:
+    """The compiled kernel for ``simulation.compiled`` (auto: when numba is installed and
+    the run is long enough to gain)."""
+    if mode is False or (mode == "auto" and kernel.t.n < AUTO_MIN_REQUESTS):
         return None
     import importlib.util
 

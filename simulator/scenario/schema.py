@@ -665,7 +665,8 @@ class Simulation(Section):
     progress: Bool = True
     fast_path: Bool = Field(True, description="plan stable batches many iterations at once")
     compiled: AutoBool = Field("auto", description="the iteration kernel compiled with numba "
-                               "(same results; auto: when numba is installed)")
+                               "(same results; auto: when numba is installed and the run has 3,000+ "
+                               "requests)")
     iteration_log: Literal["parquet", "csv"] = Field(
         "parquet", description="the iteration log's format with --out: iterations.parquet "
         "(streamed in row groups) or iterations.csv (streamed in chunks)")
