@@ -37,3 +37,15 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip(f"{SHARED} is absent (a fresh clone has no ../shared): real-data test skipped")
     return SHARED
+
+
+def skip_without_shared_trace(path: Path) -> None:
+    """A bundled scenario on a public trace in ../shared/data (not shipped) skips where the
+    trace is absent."""
+    import yaml
+
+    wl = (yaml.safe_load(Path(path).read_text()) or {}).get("workload") or {}
+    trace = (wl.get("trace") or {}).get("path") if isinstance(wl, dict) else None
+    if trace and "shared/data" in trace and not (Path(path).parent / trace).is_file():
+        pytest.skip(f"{Path(path).name}: its trace {trace} is absent (a fresh clone has no "
+                    '../shared/data; see README.md, "Public traces: where to download them")')

@@ -16,11 +16,10 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 
 from specsim.errors import ScenarioError
 from specsim.simulator.cluster.engine import run_scenario
-from tests.conftest import REPO, make_trace
+from tests.conftest import REPO, make_trace, skip_without_shared_trace
 
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
 CAP = 150  # requests per bundled scenario: the whole file stays well under a minute
@@ -29,14 +28,6 @@ CAP = 150  # requests per bundled scenario: the whole file stays well under a mi
 def _numba():
     pytest.importorskip("numba", reason="numba is not installed: the compiled kernel is off "
                         "(simulation.compiled: auto runs the pure-Python kernel)")
-
-
-def _skip_without_shared_trace(path):
-    wl = (yaml.safe_load(path.read_text()) or {}).get("workload") or {}
-    trace = (wl.get("trace") or {}).get("path") if isinstance(wl, dict) else None
-    if trace and "shared/data" in trace and not (path.parent / trace).is_file():
-        pytest.skip(f"{path.name}: its trace {trace} is absent (a fresh clone has no "
-                    '../shared/data; see README.md, "Public traces: where to download them")')
 
 
 def _metrics_text(res) -> str:
@@ -61,7 +52,7 @@ def _both(scenario, **kw):
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_compiled_and_pure_kernels_agree_on_every_bundled_scenario(path):
     _numba()
-    _skip_without_shared_trace(path)
+    skip_without_shared_trace(path)
     pure, compiled = _both(path, overrides={"workload.max_requests": CAP})
     assert pure.metrics["iterations"] > 0
     _same(pure, compiled)

@@ -3,26 +3,16 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from specsim.simulator import run_scenario
-from tests.conftest import REPO
+from tests.conftest import REPO, skip_without_shared_trace
 
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
 
 
-def _skip_without_shared_trace(path):
-    """A scenario on a public trace in ../shared/data (not shipped) skips where it is absent."""
-    wl = (yaml.safe_load(path.read_text()) or {}).get("workload") or {}
-    trace = (wl.get("trace") or {}).get("path") if isinstance(wl, dict) else None
-    if trace and "shared/data" in trace and not (path.parent / trace).is_file():
-        pytest.skip(f"{path.name}: its trace {trace} is absent (a fresh clone has no "
-                    '../shared/data; see README.md, "Public traces: where to download them")')
-
-
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
 def test_bundled_scenario_runs_and_conserves(path):
-    _skip_without_shared_trace(path)
+    skip_without_shared_trace(path)
     m = run_scenario(path).metrics
     assert m["requests_completed"] + m["requests_rejected"] == m["requests_arrived"] > 0
     assert m["output_tokens"] == m["accepted_tokens"] + m["bonus_tokens"]
