@@ -56,6 +56,11 @@ from specsim.simulator.speculation.drafters import (
     NoDrafter,
     build_drafter,
 )
+from specsim.simulator.speculation.per_class import (
+    Member,
+    PerClassDrafter,
+    combined_drafter_model,
+)
 from specsim.simulator.speculation.policies import PolicyContext, make_policy
 from specsim.traces.errors import TraceError
 
@@ -118,6 +123,10 @@ class Deployment:
         if engine_note is not None:
             self.notes.append(engine_note)
         self.drafter, drafter_model = self._drafter(spec)
+        if spec["per_class"] and self.method != "none":  # drafter switching per class
+            # (speculation/per_class.py); with method none nothing drafts, as for every key
+            self.drafter, drafter_model = self._per_class(spec, self.drafter, drafter_model,
+                                                          base_dir)
         self.controller = make_policy(spec["policy"], self.method, spec["k"], PolicyContext(
             spec["k"], dict(spec["policy_params"] or {}),
             ridge_tokens=self.target.ridge_tokens()))
@@ -130,6 +139,8 @@ class Deployment:
                                             base_dir=base_dir, notes=self.notes)
                            if acc_sec is not None
                            else build_acceptance({"alpha": 0.0}, self.seed))
+        if isinstance(self.drafter, PerClassDrafter):
+            self.drafter.members[0].acceptance = self.acceptance
         # --- memory: weights of target (+ drafter) and KV per token, per device
         self.block_size = int(sc["scheduler"]["block_size"])
         self.kv_blocks = self._kv_blocks(hw_sec["memory_fraction"], drafter_model,
@@ -177,6 +188,42 @@ class Deployment:
         if spec["method"] != "none" and spec["k"] == 0:  # k: 0 configures no speculator
             return NoDrafter(), None
         return built
+
+    def _per_class(self, spec: Any, own: Drafter, own_model: DrafterModel | None,
+                   base_dir: Path) -> tuple[Drafter, Any]:
+        """The composite of the scenario's drafter and each class's own (per_class.py); its
+        weights and KV per token are all the members' (every drafter is loaded)."""
+        if spec.get("tree") is not None:
+            raise ScenarioError("speculation.tree: not with speculation.per_class (every "
+                                "class's drafter drafts a chain)")
+        members = [Member("scenario", own, int(spec["k"]), None)]
+        models = [own_model] if own_model is not None else []
+        of_class = {}
+        for name, entry in spec["per_class"].items():
+            where = f"speculation.per_class.{name}"
+            try:
+                drafter, model = self._drafter(entry)
+                acc = entry["acceptance"]
+                if entry["method"] != "none" and acc is None:
+                    raise ScenarioError(f"acceptance: required when method is "
+                                        f"{entry['method']!r} (a profile name, alpha, or tau "
+                                        "at k)")
+                acceptance = (build_acceptance(acc, self.seed, speculation=entry,
+                                               base_dir=base_dir, notes=self.notes)
+                              if acc is not None else build_acceptance({"alpha": 0.0},
+                                                                      self.seed))
+            except (ScenarioError, CatalogError) as exc:
+                msg = str(exc)
+                msg = msg[len("speculation."):] if msg.startswith("speculation.") else msg
+                raise ScenarioError(f"{where}.{msg}") from None
+            k = int(entry["k"]) if entry["method"] != "none" else 0
+            of_class[name] = len(members)
+            members.append(Member(name, drafter, k, acceptance))
+            if model is not None:
+                models.append(model)
+        composite = PerClassDrafter(members, of_class)
+        self.notes.append("drafter per class: " + composite.describe())
+        return composite, (combined_drafter_model(models) if models else None)
 
     def _kv_cache(self, kc: Any) -> pc.CacheConfig | None:
         """``kv_cache:`` in pages and bytes of one worker (None: blocks counted as before).
@@ -384,7 +431,11 @@ class Simulation:
         ids = t.request_id
         t.accept_key = rng.request_keys(self.seed, rng.STREAM_ACCEPT, ids)
         t.match_key = rng.request_keys(self.seed, rng.STREAM_MATCH, ids)
-        if t.n:
+        if t.n and isinstance(self.drafter, PerClassDrafter):  # each class its drafter's
+            t.cls_idx, t.alpha_scale, self.alpha_table, names = self.drafter.request_tables(
+                ids, t.workload_class, t.temperature)
+            self.acceptance._names = names  # the class order the policy and metrics read
+        elif t.n:
             t.cls_idx, t.alpha_scale = self.acceptance.request_scale(ids, t.workload_class,
                                                                      t.temperature)
             self.alpha_table = self.acceptance.survival_table()

@@ -230,6 +230,8 @@ class Kernel:
         chunks = np.zeros(S)
         if has_pre:
             chunks[0] = float((pre0 & (q[0] > 0)).sum())
+        if hasattr(self.drafter, "bind"):  # drafters per class: whose rows these are
+            self.drafter.bind(rows, np.where(pre0, q[0], 0) if has_pre else None)
         dt, draft, verify, flops, nbytes, dflops, dbytes = self.executor.price(
             k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunks)
         end = now + np.cumsum(dt)

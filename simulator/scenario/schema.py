@@ -373,6 +373,50 @@ def _optional_section(cls: type[Section]):
     return Annotated[cls | None, BeforeValidator(check), Field(default=None)]
 
 
+def _per_class_in(value: Any) -> Any:
+    """``speculation.per_class``: each class's entry validated as a speculation section
+    (a chain, no nested per_class; speculation/per_class.py rule 1)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        raise fail(f"expected a mapping of class names to speculation sections, got "
+                   f"{show(value)}")
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(Speculation)
+    out = {}
+    for name, entry in value.items():
+        if not isinstance(name, str) or not name:
+            raise fail(f"expected class names as keys, got {show(name)}")
+        if isinstance(entry, dict):
+            for key in ("per_class", "tree"):
+                if entry.get(key) is not None:
+                    raise fail_key(f"{name}.{key}", "not allowed in a per-class entry (a "
+                                   "class's drafter drafts a chain and does not nest)")
+        try:
+            out[name] = adapter.validate_python(entry)
+        except ValidationError as exc:
+            err = exc.errors(include_url=False)[0]
+            loc = [str(p) for p in err["loc"]]
+            if loc and loc[0] in SPEC_METHODS:
+                loc = loc[1:]  # the union's tag is not a key the user wrote
+            sub = ".".join(loc)
+            own = own_message(err, sub or "x")
+            if own is None:
+                if err["type"] == "extra_forbidden":
+                    tag = str(err["loc"][0])
+                    fields = next((list(c.model_fields) for c in SPECULATION_VARIANTS
+                                   if c.model_fields["method"].default == tag
+                                   or tag in str(c.model_fields["method"].annotation)), [])
+                    own = f"{sub}: " + unknown_key(err["loc"][-1], fields)
+                else:
+                    own = f"{sub or 'x'}: {err['msg']}"
+            key, msg = own.split(": ", 1)
+            key = "" if key == "x" else key.removeprefix("x.")
+            raise fail_key(f"{name}" + (f".{key}" if key else ""), msg) from None
+    return out
+
+
 class _Speculation(Section):
     """Keys every speculation method shares."""
 
@@ -389,6 +433,17 @@ class _Speculation(Section):
     vllm_speculative_config: OptMapping = Field(
         None, description="vLLM --speculative-config (a mapping or its JSON string)")
     sglang: OptMapping = Field(None, description="SGLang --speculative-* server arguments")
+    per_class: Annotated[dict[str, Any] | None, BeforeValidator(_per_class_in)] = Field(
+        None, description="class name -> a speculation section (method, drafter, k, "
+        "acceptance, ...): that class drafts with its own drafter (speculation/per_class.py)")
+
+    @model_validator(mode="after")
+    def _per_class_k(self) -> _Speculation:
+        for name, entry in (self.per_class or {}).items():
+            if entry.k > self.k:
+                raise fail_key(f"per_class.{name}.k", f"expected at most speculation.k "
+                               f"({self.k}, the policy's range), got {entry.k}")
+        return self
 
 
 class NoSpeculation(_Speculation):
