@@ -212,9 +212,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.out:
         mode = write_replay(rep, Path(args.out), force=args.force, report=not args.no_report)
         how = " (replaced the previous specsim output there)" if mode == "replace" else ""
+        log = "iterations." + (rep.result.scenario.get("simulation") or {}).get(
+            "iteration_log", "parquet")
         console.print(f"wrote {args.out}/replay.csv, replay.json, replay.png, metrics.json, "
-                      "requests.csv, iterations.csv" + ("" if args.no_report else ", report.md")
-                      + how)
+                      f"requests.csv, {log}" + ("" if args.no_report else ", report.md") + how)
     return 0
 
 
@@ -330,8 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="simulate a scenario and report")
     r.add_argument("scenario", help="scenario YAML file (e.g. scenarios/chat.yaml)")
-    r.add_argument("--out", help="folder for metrics.json, requests.csv, iterations.csv, "
-                   "report.md: new or empty (a previous specsim output only with --force)")
+    r.add_argument("--out", help="folder for metrics.json, requests.csv, iterations.parquet "
+                   "(or .csv), report.md: new or empty (a previous specsim output only with --force)")
     r.add_argument("--force", action="store_true",
                    help="replace a previous specsim output in --out (never other files)")
     r.add_argument("--seed", type=int, help="override the scenario's seed")
@@ -366,7 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     rp.add_argument("measured", help="the measured run: <run>.json.gz (vllm_runs) or a .csv")
     rp.add_argument("--out", help="folder for replay.csv, replay.json, replay.png and the run's "
-                    "metrics.json, requests.csv, iterations.csv, report.md: new or empty")
+                    "metrics.json, requests.csv, iterations.parquet (or .csv), report.md: "
+                    "new or empty")
     rp.add_argument("--force", action="store_true",
                     help="replace a previous specsim output in --out (never other files)")
     rp.add_argument("--scenario", metavar="BASE.yaml",

@@ -137,7 +137,7 @@ def test_replay_command_writes_its_outputs(tmp_path, capsys):
     assert "TPOT (ms)" in printed.out and "measured" in printed.out
     assert "inference-perf" in printed.err  # the two-events-per-token note
     for name in ("replay.csv", "replay.json", "replay.png", "metrics.json", "requests.csv",
-                 "iterations.csv", "report.md", ".specsim-output"):
+                 "iterations.parquet", "report.md", ".specsim-output"):
         assert (out / name).is_file(), name
     table = pd.read_csv(out / "replay.csv")
     assert list(table.columns) == ["scope", "subset", "metric", "stat", "unit", "n",

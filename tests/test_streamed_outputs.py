@@ -3,6 +3,7 @@ memory, and never partial in --out when the run is killed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -55,8 +56,14 @@ def test_same_seed_gives_identical_bytes_and_an_unrecorded_log_keeps_its_columns
     for name in ("a", "b"):
         assert main(["run", str(CHAT), *SMALL, "--out", str(tmp_path / name),
                      "--no-report"]) == 0
-    a, b = (tmp_path / n / "iterations.parquet" for n in ("a", "b"))
-    assert a.read_bytes() == b.read_bytes()
+    for name in ("iterations.parquet", "requests.csv", "metrics.json"):
+        a, b = (tmp_path / n / name for n in ("a", "b"))
+        if name == "metrics.json":  # all but the wall time
+            a, b = ({k: v for k, v in json.loads(p.read_text()).items() if k != "wall_time_s"}
+                    for p in (a, b))
+            assert a == b
+        else:
+            assert a.read_bytes() == b.read_bytes(), name
     assert main(["run", str(CHAT), *SMALL, "--set", "simulation.record_iterations=false",
                  "--out", str(tmp_path / "c"), "--no-report"]) == 0
     empty = iteration_log.read_log(tmp_path / "c")
@@ -94,3 +101,66 @@ def test_a_run_killed_mid_way_leaves_nothing_in_out(tmp_path):
     assert main(["run", str(CHAT), *SMALL, "--out", str(out), "--no-report"]) == 0
     assert not partial.exists()  # ... is removed by the next run into the same parent
     assert (out / "iterations.parquet").is_file()
+
+
+def test_rows_held_in_memory_never_exceed_a_chunk(tmp_path, monkeypatch):
+    """The collector's own buffer: rows held and its capacity stay within one chunk plus
+    one committed stretch (a segment is at most 256 iterations), however long the run."""
+    from specsim.simulator.metrics.collector import Metrics
+
+    monkeypatch.setattr(iteration_log, "CHUNK_ROWS", 300)
+    held: list[tuple[int, int]] = []
+    add = Metrics.add_iterations
+
+    def spy(self, m, *cols):
+        add(self, m, *cols)
+        held.append((self._n, len(self._buf)))
+
+    monkeypatch.setattr(Metrics, "add_iterations", spy)
+    assert main(["run", str(CHAT), "--quiet", "--set", "workload.synthetic.requests=400",
+                 "--out", str(tmp_path / "o"), "--no-report"]) == 0
+    rows = len(iteration_log.read_log(tmp_path / "o"))
+    start = len(Metrics()._buf)  # the buffer's initial capacity (4096 rows)
+    assert rows > 2 * start and len(held) > 10
+    assert max(n for n, _ in held) <= 300 + 256
+    assert max(cap for _, cap in held) == start  # it never grew, though the log did
+
+
+def test_csv_writer_is_pandas_byte_for_byte():
+    """requests.csv and the CSV log's chunks: the bytes of to_csv(float_format="%.9g")."""
+    import io
+
+    import numpy as np
+
+    frame = pd.DataFrame({
+        "i": np.arange(6, dtype=np.int64),
+        "x": [0.1 + 2e-17, np.nan, np.inf, -0.0, 1e-20, 123456789012.5],
+        "s": ['a,b "c"', "", None, "x\ny", " lead", "plain"],
+        "b": [True, False, True, False, True, False],
+        "t": pd.array(["u", "v", None, "w", "x", "y"], dtype="string"),
+    })
+    for part in (frame, frame.iloc[:0], frame.iloc[:1], frame[["x"]]):
+        for header in (True, False):
+            mine = io.StringIO()
+            iteration_log.write_csv(part, mine, header=header, block=2)
+            assert mine.getvalue() == part.to_csv(index=False, header=header,
+                                                  float_format="%.9g")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_the_report_reads_a_long_log_sampled_per_worker(tmp_path, monkeypatch, fmt):
+    assert main(["run", str(CHAT), *SMALL, "--set", f"simulation.iteration_log={fmt}",
+                 "--set", "hardware.count=2", "--out", str(tmp_path / "o"),
+                 "--no-report"]) == 0
+    full = iteration_log.read_log(tmp_path / "o")
+    monkeypatch.setattr(iteration_log, "CHUNK_ROWS", 333)  # workers' counts cross chunks
+    sampled = iteration_log.read_for_report(tmp_path / "o", max_rows=len(full) // 5)
+    assert sampled.attrs == {"sample_every": 6, "rows": len(full)}
+    assert set(sampled.columns) == set(iteration_log.REPORT_COLUMNS)
+    expected = pd.concat([g.iloc[::6] for _, g in full.groupby("worker")]).sort_index()
+    pd.testing.assert_frame_equal(sampled, expected[sampled.columns].reset_index(drop=True))
+    monkeypatch.setattr(iteration_log, "REPORT_ROWS", len(full) // 5)
+    assert main(["report", str(tmp_path / "o")]) == 0
+    text = (tmp_path / "o" / "report.md").read_text()
+    assert "from every 6th iteration of each worker" in text
+    assert (tmp_path / "o" / "timeline.png").stat().st_size > 0

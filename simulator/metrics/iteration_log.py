@@ -10,18 +10,33 @@ Rules:
 1. A writer writes into the run's staging folder (report/output.py), never into ``--out``
    itself: a run killed mid-way leaves only a temporary folder that the next run removes.
 2. An empty log still has its columns (a Parquet schema, a CSV header).
+3. CSV text (the log's chunks, requests.csv) is written by ``write_csv``: the bytes of
+   ``frame.to_csv(index=False, float_format="%.9g")``, three times faster.
+4. The report reads the log back with ``read_for_report``: only the columns it plots, and
+   beyond ``REPORT_ROWS`` rows every g-th iteration of each worker, so its memory stays
+   bounded however long the run.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import math
 from pathlib import Path
+from typing import IO
 
+import numpy as np
 import pandas as pd
 
 #: simulation.iteration_log -> file name
 FILES = {"parquet": "iterations.parquet", "csv": "iterations.csv"}
 #: rows held in memory before a chunk is written (about 14 columns x 8 bytes each)
 CHUNK_ROWS = 65_536
+#: the columns the report's plots use (report/report.py)
+REPORT_COLUMNS = ("time_s", "worker", "batch_size", "prefill_seqs", "tokens", "draft_time_s",
+                  "verify_time_s", "kv_blocks_used")
+#: the most rows the report reads (8 columns x 8 bytes: 32 MB); beyond, a sample
+REPORT_ROWS = 500_000
 
 
 class IterationWriter:
@@ -64,7 +79,7 @@ class CsvLog(IterationWriter):
         self._header = True
 
     def write(self, frame: pd.DataFrame) -> None:
-        frame.to_csv(self._f, index=False, header=self._header, float_format="%.9g")
+        write_csv(frame, self._f, header=self._header)
         self._header = False
 
     def close(self) -> None:
@@ -77,11 +92,141 @@ def open_log(fmt: str, folder: Path) -> IterationWriter:
     return ParquetLog(path) if fmt == "parquet" else CsvLog(path)
 
 
-def read_log(folder: Path) -> pd.DataFrame | None:
-    """A run folder's iteration log, whichever format it has (None: neither file)."""
+def read_log(folder: Path, columns: tuple[str, ...] | None = None) -> pd.DataFrame | None:
+    """A run folder's iteration log, whichever format it has (None: neither file);
+    ``columns``: only those of them the log has."""
     folder = Path(folder)
     if (folder / FILES["parquet"]).is_file():
-        return pd.read_parquet(folder / FILES["parquet"])
+        path = folder / FILES["parquet"]
+        if columns is not None:
+            import pyarrow.parquet as pq
+
+            names = pq.read_schema(path).names
+            columns = [c for c in names if c in columns]
+        return pd.read_parquet(path, columns=columns)
     if (folder / FILES["csv"]).is_file():
-        return pd.read_csv(folder / FILES["csv"])
+        use = None if columns is None else (lambda c: c in columns)
+        return pd.read_csv(folder / FILES["csv"], usecols=use)
     return None
+
+
+def read_for_report(folder: Path, columns: tuple[str, ...] = REPORT_COLUMNS,
+                    max_rows: int | None = None) -> pd.DataFrame | None:
+    """The log's ``columns``, read a chunk at a time; beyond ``max_rows`` (default
+    ``REPORT_ROWS``) rows, every g-th iteration of each worker (g = ceil(rows / max_rows)),
+    so the report's memory stays bounded at any run length. ``attrs``: ``sample_every``
+    (g) and ``rows`` (the log's length); a plot draws a sampled iteration as standing for
+    the g iterations of its worker that it starts. None: no log in the folder."""
+    folder = Path(folder)
+    max_rows = REPORT_ROWS if max_rows is None else max(int(max_rows), 1)
+    pq_path, csv_path = folder / FILES["parquet"], folder / FILES["csv"]
+    if pq_path.is_file():
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(pq_path, pre_buffer=False)
+        rows = pf.metadata.num_rows
+        use = [c for c in pf.schema_arrow.names if c in columns]
+        if rows <= max_rows:
+            return _attrs(pf.read(columns=use).to_pandas(), 1, rows)
+        # a row group at a time, one thread: iter_batches reads ahead (2-3x the memory)
+        chunks = (pf.read_row_group(i, columns=use, use_threads=False).to_pandas()
+                  for i in range(pf.metadata.num_row_groups))
+    elif csv_path.is_file():
+        with open(csv_path, "rb") as f:  # one pass counting lines: cheap next to parsing
+            rows = max(sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
+                       - 1, 0)
+        if rows <= max_rows:
+            return _attrs(read_log(folder, columns), 1, rows)
+        chunks = pd.read_csv(csv_path, usecols=lambda c: c in columns, chunksize=CHUNK_ROWS)
+    else:
+        return None
+    every = math.ceil(rows / max_rows)
+    seen: dict[int, int] = {}  # iterations of each worker in the chunks before
+    parts = []
+    for chunk in chunks:
+        worker = (chunk["worker"].to_numpy(np.int64) if "worker" in chunk
+                  else np.zeros(len(chunk), np.int64))
+        ids, inv = np.unique(worker, return_inverse=True)
+        before = np.array([seen.get(int(w), 0) for w in ids], np.int64)
+        counts = np.bincount(inv, minlength=ids.size)
+        rank = before[inv] + pd.Series(inv).groupby(inv).cumcount().to_numpy()
+        parts.append(chunk[rank % every == 0])
+        for w, c in zip(ids.tolist(), (before + counts).tolist(), strict=True):
+            seen[w] = c
+    return _attrs(pd.concat(parts, ignore_index=True), every, rows)
+
+
+def _attrs(frame: pd.DataFrame, every: int, rows: int) -> pd.DataFrame:
+    frame.attrs.update(sample_every=int(every), rows=int(rows))
+    return frame
+
+
+# pandas writes CSV through the csv module with these settings (to_csv's defaults)
+_DIALECT = dict(lineterminator="\n", quoting=csv.QUOTE_MINIMAL, quotechar='"', doublequote=True)
+
+
+def _field(text: str) -> str:
+    """``text`` as the csv module writes it inside a row (quoted only where needed)."""
+    buf = io.StringIO()
+    csv.writer(buf, **_DIALECT).writerow([text, ""])
+    return buf.getvalue()[:-2]  # less the empty second field's "," and the line end
+
+
+def write_csv(frame: pd.DataFrame, f: IO[str], header: bool = True,
+              block: int = CHUNK_ROWS) -> None:
+    """``frame.to_csv(f, index=False, header=header, float_format="%.9g")``, byte for byte,
+    about 3x faster: one ``%`` format per row instead of one call per value (pandas),
+    ``block`` rows at a time so the text and Python values held stay bounded. Rows with a
+    NaN are written value by value (NaN as an empty field). A column of another type than
+    numpy int, float or bool or strings, or a one-column frame, goes to pandas."""
+    fmts, kinds, arrays = [], [], []
+    for name in frame.columns:
+        s = frame[name]
+        dt = s.dtype
+        if isinstance(dt, np.dtype) and dt.kind in "iufb":
+            fmts.append({"f": "%.9g", "b": "%s"}.get(dt.kind, "%d"))
+            kinds.append(dt.kind)
+            arrays.append(s.to_numpy())
+            continue
+        text = (_strings(s) if pd.api.types.is_object_dtype(dt) or isinstance(dt, pd.StringDtype)
+                else None)
+        if text is None:
+            break
+        fmts.append("%s")
+        kinds.append("s")
+        arrays.append(text)
+    if len(arrays) < len(frame.columns) or len(frame.columns) < 2:
+        frame.to_csv(f, index=False, header=header, float_format="%.9g")
+        return
+    if header:
+        f.write(",".join(_field(str(c)) for c in frame.columns) + "\n")
+    floats = [a for a, k in zip(arrays, kinds, strict=True) if k == "f"]
+    fmt = ",".join(fmts)
+
+    def one(row: tuple) -> str:  # a row with a NaN: NaN is an empty field, as in pandas
+        return ",".join("" if v != v else fm % v for v, fm in zip(row, fmts, strict=True))
+
+    for lo in range(0, len(frame), block):
+        hi = lo + block
+        nan = np.zeros(min(hi, len(frame)) - lo, bool)
+        for a in floats:
+            nan |= np.isnan(a[lo:hi])
+        rows = zip(*(a[lo:hi].tolist() if isinstance(a, np.ndarray) else a[lo:hi]
+                     for a in arrays), strict=True)
+        f.write("".join((one(r) if bad else fmt % r) + "\n"
+                        for r, bad in zip(rows, nan.tolist(), strict=True)))
+
+
+def _strings(s: pd.Series) -> list[str] | None:
+    """A text column as the fields pandas writes (missing values empty); None when it
+    holds anything but strings and missing values."""
+    values = s.tolist()
+    text: dict = {}
+    for v in set(values):
+        if isinstance(v, str):
+            text[v] = _field(v)
+        elif v is None or v is pd.NA or (isinstance(v, float) and v != v):
+            text[v] = ""
+        else:
+            return None
+    return [text[v] for v in values]

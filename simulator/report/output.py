@@ -187,7 +187,7 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
     Raises a one-line ScenarioError when the destination is not safe or a write fails;
     nothing is then left behind.
     """
-    from specsim.simulator.metrics.iteration_log import FILES, open_log, read_log
+    from specsim.simulator.metrics.iteration_log import FILES, open_log, read_for_report, write_csv
 
     if staging is None:
         staging = Staging(out_dir, force)
@@ -196,7 +196,9 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
     try:
         (tmp / "metrics.json").write_text(metrics_json(result))
         (tmp / "scenario.json").write_text(scenario_json(result))
-        result.requests.to_csv(tmp / "requests.csv", index=False, float_format="%.9g")
+        # at the end (the request table is in memory anyway), in request order, fast
+        with open(tmp / "requests.csv", "w", newline="") as f:
+            write_csv(result.requests, f)
         if result.iterations is not None:
             log = open_log(fmt, tmp)
             log.write(result.iterations)
@@ -208,8 +210,9 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
 
             from specsim.simulator.report.report import write_report
 
+            # a streamed log is read back: the plotted columns, sampled beyond REPORT_ROWS
             shown = result if result.iterations is not None else \
-                dataclasses.replace(result, iterations=read_log(tmp))
+                dataclasses.replace(result, iterations=read_for_report(tmp))
             write_report(shown, tmp)
         files = sorted(p.name for p in tmp.iterdir())
         (tmp / MARKER).write_text(json.dumps({

@@ -95,6 +95,10 @@ class _View:
         req = result.requests if result.requests is not None else pd.DataFrame()
         it = result.iterations if result.iterations is not None else pd.DataFrame()
         self.req, self.it = req, it
+        # a long streamed log is read back sampled (iteration_log.read_for_report): every
+        # it_every-th iteration of each worker, of it_rows in all
+        self.it_every = int(it.attrs.get("sample_every", 1))
+        self.it_rows = int(it.attrs.get("rows", len(it)))
         self.status = (req["status"].astype(str).to_numpy() if "status" in req
                        else np.full(len(req), "completed", dtype=object))
         self.done = self.status == "completed"
@@ -263,10 +267,11 @@ def _metrics_table(v: _View) -> str:
         ["KV cache peak", _pct(m.get("kv_peak_utilization")),
          f"of {_num(m.get('kv_blocks_per_worker'))} blocks/worker"],
         ["preemptions", _num(m.get("preemptions")), "requests"],
-        *([["speculative KV blocks taken / returned",
-            f"{_num(m['speculative_kv_blocks'].get('allocated'))} / "
-            f"{_num(m['speculative_kv_blocks'].get('freed_rejected'))}",
-            "decode steps' blocks for draft + bonus tokens / those of rejected drafts"]]
+        *([["speculative KV blocks taken / returned / kept",
+            " / ".join(f"{int(m['speculative_kv_blocks'].get(key) or 0):,}"
+                       for key in ("allocated", "freed_rejected", "committed")),
+            "blocks drafting steps took for draft + bonus tokens / those of rejected drafts, "
+            "returned after the step / kept for accepted tokens (all workers)"]]
           if m.get("drafted_tokens") and m.get("speculative_kv_blocks") else []),
         ["iterations", _num(m.get("iterations")), "worker steps"],
         ["simulated / wall time", f"{_num(m.get('simulated_time_s'))} / "
@@ -524,8 +529,11 @@ def _plot_timeline(v: _View, path: Path) -> _Outcome:
     t_end = float(m.get("simulated_time_s") or 0.0)
     if have_it:
         starts = it["time_s"].to_numpy(np.float64)
-        ends = starts + v.iteration_durations()
+        dur = v.iteration_durations()
+        ends = starts + dur
         t_end = max(t_end, float(ends.max()))
+        if v.it_every > 1:  # a sampled iteration stands for its worker's next it_every
+            ends = np.minimum(starts + v.it_every * dur, t_end)
     elif not t_end > 0 and arr.size and np.isfinite(arr).any():
         t_end = float(np.nanmax(arr))  # no clock in the metrics: the trace's span
     if not t_end > 0:
@@ -535,7 +543,7 @@ def _plot_timeline(v: _View, path: Path) -> _Outcome:
     unit, tscale = _time_unit(t_end)
     n_bins = 2000
     if have_it:
-        med = float(np.median(ends - starts))
+        med = float(np.median(dur))
         if med > 0:
             n_bins = int(min(n_bins, max(20, t_end / (2 * med))))
     panels = ["system"] + (["batch", "kv"] if have_it else [])
@@ -623,6 +631,10 @@ def _plot_timeline(v: _View, path: Path) -> _Outcome:
     ax[-1, 0].set_xlabel(f"simulated time ({unit})")
     ax[-1, 0].set_xlim(0, t_end * tscale)
     _save(fig, path)
+    if have_it and v.it_every > 1:
+        return _drawn(f"Batch size and KV from every {v.it_every:,}th iteration of each worker "
+                      f"({len(it):,} of {v.it_rows:,}), each standing for the next "
+                      f"{v.it_every:,}.")
     return _drawn(None if have_it else "Batch size and KV panels are missing: no iterations "
                   "were recorded (`simulation.record_iterations`).")
 
@@ -743,7 +755,7 @@ def _plot_iteration_time(v: _View, path: Path) -> _Outcome:
     a.set_ylim(bottom=0)
     a.grid(True, alpha=0.3, which="both")
     a.set_title("Iteration time vs batch tokens"
-                + (f" ({MAX_POINTS:,} of {n:,} sampled)" if n > MAX_POINTS else ""))
+                + (f" ({idx.size:,} of {v.it_rows:,} sampled)" if v.it_rows > idx.size else ""))
     # mean draft / verify time per batch-size bin
     # (decode-only iterations where there are enough: prefill chunks would blur the trend)
     a = ax[0, 1]

@@ -25,7 +25,7 @@ import pandas as pd
 
 from specsim.errors import ScenarioError
 from specsim.simulator.cluster.engine import Result
-from specsim.simulator.metrics.iteration_log import read_log
+from specsim.simulator.metrics.iteration_log import read_for_report
 from specsim.simulator.report.output import MARKER
 from specsim.simulator.report.report import PLOTS, write_report
 
@@ -38,7 +38,7 @@ def _read(folder: Path) -> Result:
         scenario = (json.loads((folder / "scenario.json").read_text())
                     if (folder / "scenario.json").is_file() else {})
         req = pd.read_csv(folder / "requests.csv")
-        it = read_log(folder)
+        it = read_for_report(folder)  # the plotted columns; sampled when huge
         it = it if it is not None else pd.DataFrame()
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{folder}: not a readable specsim run output ({exc})") from None

@@ -474,14 +474,21 @@ def summary_json(rep: Replay) -> dict[str, Any]:
 REPLAY_FILES = ("replay.csv", "replay.json", "replay.png")
 
 
+def iteration_log_format(result: Any) -> str:
+    """The run's ``simulation.iteration_log`` (parquet or csv)."""
+    return (result.scenario.get("simulation") or {}).get("iteration_log", "parquet")
+
+
 def write_replay(rep: Replay, out_dir: Path, *, force: bool = False,
                  report: bool = True) -> str:
     """replay.csv, replay.json, replay.png and the run's own outputs (metrics.json,
-    requests.csv, iterations.csv, report.md) into ``out_dir``, by the rules of
+    requests.csv, the iteration log as ``simulation.iteration_log`` says, report.md) into
+    ``out_dir``, by the rules of
     ``report.output`` (checked first, written into a temporary folder, moved into place)."""
     import datetime as _dt
     import shutil
 
+    from specsim.simulator.metrics.iteration_log import open_log, write_csv
     from specsim.simulator.report import output as o
     from specsim.simulator.validation.plots import replay_figure
 
@@ -500,8 +507,11 @@ def write_replay(rep: Replay, out_dir: Path, *, force: bool = False,
     try:
         result = rep.result
         (tmp / "metrics.json").write_text(o.metrics_json(result))
-        result.requests.to_csv(tmp / "requests.csv", index=False, float_format="%.9g")
-        result.iterations.to_csv(tmp / "iterations.csv", index=False, float_format="%.9g")
+        with open(tmp / "requests.csv", "w", newline="") as f:
+            write_csv(result.requests, f)
+        log = open_log(iteration_log_format(result), tmp)
+        log.write(result.iterations)
+        log.close()
         if report:
             from specsim.simulator.report.report import write_report
 
