@@ -110,8 +110,9 @@ def hardware_from_dict(name: str, entry: Any, where: str) -> HardwareSpec:
         price_date=e.price_date,
         source=e.source,
         notes=e.notes or "",
-        host_memory_bytes=e.host.memory_gb_per_device * 1e9 if e.host else None,
-        host_link_bw=e.host.link_gb_s * 1e9 if e.host else None,
+        host_memory_bytes=(e.host.memory_gb_per_device * 1e9
+                           if e.host and e.host.memory_gb_per_device else None),
+        host_link_bw=e.host.link_gb_s * 1e9 if e.host and e.host.link_gb_s else None,
         host_source=e.host.source if e.host else "",
     )
 

@@ -147,10 +147,11 @@ class Interconnect(Entry):
 
 
 class HostMemory(Entry):
-    """The host a device sits in: its share of system DRAM and its host link (a KV tier)."""
+    """The host a device sits in: its share of system DRAM and its host link (a KV tier's
+    defaults); either may be null where no public source gives it."""
 
-    memory_gb_per_device: PosNum
-    link_gb_s: PosNum  # per direction
+    memory_gb_per_device: OptPosNum = None
+    link_gb_s: OptPosNum = None  # per direction
     source: Str
 
 

@@ -355,6 +355,10 @@ def test_host_dram_defaults_come_from_the_catalog_with_their_source():
     assert f"host_dram {per_worker_gb:g} GB at {h100.host_link_bw / 1e9:g} GB/s" in note
     assert "capacity and link from the H100-SXM catalog entry" in note
     assert "DGX H100 datasheet" in note and "assumed" not in note
+    tier = res.metrics["kv_cache"]["tiers"]["host_dram"]  # metrics.json says so too
+    assert tier["capacity_gb_per_worker"] == pytest.approx(per_worker_gb)
+    assert tier["bandwidth_gb_s_per_worker"] == pytest.approx(2 * h100.host_link_bw / 1e9)
+    assert "capacity and link from the H100-SXM catalog entry" in tier["source"]
     # given values win; a tier the catalog does not cover keeps the assumed link, said so
     res = run(base({"prefix_cache": True,
                     "tiers": [{"name": "host_dram", "capacity_gb": 64, "bandwidth_gb_s": 20},
@@ -362,10 +366,52 @@ def test_host_dram_defaults_come_from_the_catalog_with_their_source():
     note = next(n for n in res.notes if n.startswith("kv_cache tiers"))
     assert "host_dram 64 GB at 20 GB/s" in note and "catalog" not in note
     assert "ssd 500 GB at 25 GB/s" in note and "(assumed link default)" in note
-    # an accelerator without a host entry: host_dram needs its capacity
-    with pytest.raises(ScenarioError, match=r"kv_cache.tiers.0.capacity_gb: expected GB"):
-        run(base({"prefix_cache": True, "tiers": [{"name": "host_dram"}]},
-                 **{"hardware": {"accelerator": "H200-SXM", "count": 1}}), tr)
+    tiers = res.metrics["kv_cache"]["tiers"]
+    assert tiers["host_dram"]["source"] == "scenario"
+    assert tiers["ssd"]["source"] == "assumed link default"
+    # an accelerator without a host entry: host_dram needs its capacity, and says which key
+    with pytest.raises(ScenarioError, match=r"^kv_cache.tiers.0.capacity_gb: expected GB.*"
+                                            r"TPU7x catalog entry has no host.memory_gb_per"):
+        _deployment("TPU7x", [{"name": "host_dram"}])
+
+
+def _deployment(accelerator: str, tiers: list, model: str = "Llama-3.1-8B"):
+    from specsim.simulator.cluster.engine import Deployment, load_scenario
+
+    sc = base({"prefix_cache": True, "tiers": tiers},
+              **{"hardware": {"accelerator": accelerator, "count": 1}, "model": model})
+    d = Deployment(*load_scenario(sc)[:2])
+    return d, next(n for n in d.notes if n.startswith("kv_cache tiers"))
+
+
+@pytest.mark.parametrize("accelerator,system", [("H200-SXM", "DGX H200"),
+                                                ("B200", "DGX B200"),
+                                                ("A100-SXM-80GB", "DGX A100")])
+def test_host_dram_defaults_of_other_gpus(accelerator, system):
+    d, note = _deployment(accelerator, [{"name": "host_dram"}])
+    (tier,) = d.kv_cache.tiers
+    assert tier.capacity_bytes == d.hw.host_memory_bytes  # one device per worker
+    assert tier.bandwidth_bytes_s == d.hw.host_link_bw
+    assert f"capacity and link from the {accelerator} catalog entry" in note
+    assert system in note and system in tier.source
+
+
+def test_host_dram_half_in_the_catalog():
+    """MI300X: the host link is published, the host's memory is not (an OEM's choice): the
+    capacity is required (the error names the key and the missing catalog field) and the
+    link comes from the catalog. TPU v5e: the host's DRAM is published, its link is not:
+    the capacity comes from the catalog and the link is the labelled assumption."""
+    with pytest.raises(ScenarioError, match=r"^kv_cache.tiers.0.capacity_gb: expected GB.*"
+                                            r"MI300X catalog entry has no host.memory_gb_per"):
+        _deployment("MI300X", [{"name": "host_dram"}])
+    d, note = _deployment("MI300X", [{"name": "host_dram", "capacity_gb": 100}])
+    assert "host_dram 100 GB at 64 GB/s" in note
+    assert "(link from the MI300X catalog entry: AMD Instinct MI300X datasheet" in note
+    d, note = _deployment("TPU-v5e", [{"name": "host_dram"}], model="Llama-3.2-1B")
+    assert "host_dram 68.72 GB at 25 GB/s" in note
+    assert "capacity from the TPU-v5e catalog entry: Google Cloud TPU" in note
+    assert "(assumed link default)" in note
+    assert d.kv_cache.tiers[0].source.endswith("; assumed link default")
 
 
 # ---------------------------------------------------------------- real traces

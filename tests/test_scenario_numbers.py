@@ -284,6 +284,7 @@ def test_token_budget_below_k_plus_one(capsys):
 # ---------------------------------------------------------------- 8. iterations.csv header
 
 def test_iterations_csv_keeps_its_header(tmp_path):
+    from specsim.simulator.execution.kernel import SPEC_ITER_COLUMNS
     from specsim.simulator.metrics.collector import ITER_COLUMNS
 
     out = tmp_path / "out"
@@ -291,7 +292,8 @@ def test_iterations_csv_keeps_its_header(tmp_path):
                  "--set", "simulation.record_iterations=false",
                  "--set", "simulation.iteration_log=csv", *SMALL]) == 0
     it = pd.read_csv(out / "iterations.csv")
-    assert list(it.columns) == list(ITER_COLUMNS) and len(it) == 0
+    # chat.yaml drafts (EAGLE-3): the speculative KV columns follow
+    assert list(it.columns) == [*ITER_COLUMNS, *SPEC_ITER_COLUMNS] and len(it) == 0
 
 
 # ---------------------------------------------------------------- acceptance and catalog

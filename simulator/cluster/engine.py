@@ -36,7 +36,7 @@ from specsim.simulator.cluster.arrivals import ClosedLoop, OpenLoop
 from specsim.simulator.cluster.overload import Overloaded, make_watch
 from specsim.simulator.cluster.worker import Ledger, Worker
 from specsim.simulator.execution.executor import Executor
-from specsim.simulator.execution.kernel import Kernel
+from specsim.simulator.execution.kernel import SPEC_ITER_COLUMNS, Kernel
 from specsim.simulator.kv import prefix_cache as pc
 from specsim.simulator.kv.blocks import BlockAllocator
 from specsim.simulator.kv.eviction import Newest  # noqa: F401  (registers the eviction policies)
@@ -59,6 +59,7 @@ from specsim.simulator.speculation.drafters import (
 from specsim.simulator.speculation.per_class import (
     Member,
     PerClassDrafter,
+    SwitchingPolicy,
     combined_drafter_model,
 )
 from specsim.simulator.speculation.policies import PolicyContext, make_policy
@@ -123,13 +124,16 @@ class Deployment:
         if engine_note is not None:
             self.notes.append(engine_note)
         self.drafter, drafter_model = self._drafter(spec)
-        if spec["per_class"] and self.method != "none":  # drafter switching per class
-            # (speculation/per_class.py); with method none nothing drafts, as for every key
+        if (spec["per_class"] or spec["switching"]) and self.method != "none":  # drafters
+            # per class (speculation/per_class.py); with method none nothing drafts
             self.drafter, drafter_model = self._per_class(spec, self.drafter, drafter_model,
                                                           base_dir)
         self.controller = make_policy(spec["policy"], self.method, spec["k"], PolicyContext(
             spec["k"], dict(spec["policy_params"] or {}),
             ridge_tokens=self.target.ridge_tokens()))
+        if isinstance(self.drafter, PerClassDrafter) and self.drafter.fallback is not None \
+                and self.controller.fixed_k != 0:  # switching at run time (rules 4-6)
+            self.controller = SwitchingPolicy(self.controller, spec["switching"], self.drafter)
         self.overlap_draft = bool(spec["overlap_draft"])
         acc_sec = spec["acceptance"]
         if self.method != "none" and acc_sec is None:
@@ -194,13 +198,17 @@ class Deployment:
         """The composite of the scenario's drafter and each class's own (per_class.py); its
         weights and KV per token are all the members' (every drafter is loaded)."""
         if spec.get("tree") is not None:
-            raise ScenarioError("speculation.tree: not with speculation.per_class (every "
-                                "class's drafter drafts a chain)")
-        members = [Member("scenario", own, int(spec["k"]), None)]
+            raise ScenarioError("speculation.tree: not with speculation.per_class or "
+                                "switching (every class's drafter drafts a chain)")
+        members = [Member("scenario", own, int(spec["k"]), None, spec["method"])]
         models = [own_model] if own_model is not None else []
         of_class = {}
-        for name, entry in spec["per_class"].items():
-            where = f"speculation.per_class.{name}"
+        entries = [(f"speculation.per_class.{name}", name, entry)
+                   for name, entry in (spec["per_class"] or {}).items()]
+        if spec["switching"] is not None:  # the fallback is one more member (rule 4)
+            entries.append(("speculation.switching.fallback", None,
+                            spec["switching"]["fallback"]))
+        for where, name, entry in entries:
             try:
                 drafter, model = self._drafter(entry)
                 acc = entry["acceptance"]
@@ -217,11 +225,15 @@ class Deployment:
                 msg = msg[len("speculation."):] if msg.startswith("speculation.") else msg
                 raise ScenarioError(f"{where}.{msg}") from None
             k = int(entry["k"]) if entry["method"] != "none" else 0
-            of_class[name] = len(members)
-            members.append(Member(name, drafter, k, acceptance))
+            if name is not None:
+                of_class[name] = len(members)
+            members.append(Member(name or "fallback", drafter, k, acceptance, entry["method"],
+                                  where))
             if model is not None:
                 models.append(model)
         composite = PerClassDrafter(members, of_class)
+        if spec["switching"] is not None:
+            composite.fallback = len(members) - 1
         self.notes.append("drafter per class: " + composite.describe())
         return composite, (combined_drafter_model(models) if models else None)
 
@@ -239,13 +251,15 @@ class Deployment:
         hw = self.hw
         for i, t in enumerate(kc.tiers):
             cap, bw, whence = t["capacity_gb"], t["bandwidth_gb_s"], []
-            host = t["name"] == "host_dram" and hw.host_memory_bytes is not None
+            host = t["name"] == "host_dram"  # the only tier with catalog defaults
             if cap is None:
-                if not host:
+                if not host or hw.host_memory_bytes is None:
                     raise ScenarioError(
                         f"kv_cache.tiers.{i}.capacity_gb: expected GB of this worker's KV "
-                        f"the tier holds (only host_dram has a catalog default, and "
-                        f"{hw.name} has " + ("one" if hw.host_memory_bytes else "none") + ")")
+                        f"the tier holds (only host_dram has a catalog default, and the "
+                        f"{hw.name} catalog entry has "
+                        + ("one" if hw.host_memory_bytes else "no host.memory_gb_per_device")
+                        + ")")
                 cap = hw.host_memory_bytes * self.tp / 1e9  # the worker's devices' share
                 whence.append("capacity")
             if bw is None:
@@ -258,9 +272,14 @@ class Deployment:
             if cap * 1e9 < page_bytes:
                 raise ScenarioError(f"kv_cache.tiers.{i}.capacity_gb: {cap:g} GB "
                                     f"holds no {page_bytes:,}-byte page of {self.model.name}")
-            tiers.append(pc.TierSpec(t["name"], cap * 1e9, bw * 1e9 * self.tp, t["latency_s"]))
-            names.append(t["name"])
             src = [w for w in whence if w != "assumed link"]
+            source = "; ".join(
+                ([f"{' and '.join(src)} from the {hw.name} catalog entry: {hw.host_source}"]
+                 if src else [])
+                + (["assumed link default"] if "assumed link" in whence else [])) or "scenario"
+            tiers.append(pc.TierSpec(t["name"], cap * 1e9, bw * 1e9 * self.tp, t["latency_s"],
+                                     source))
+            names.append(t["name"])
             said.append(f"{t['name']} {cap:g} GB at {bw:g} GB/s per device + "
                         f"{t['latency_s'] * 1e6:g} us"
                         + (f" ({' and '.join(src)} from the {hw.name} catalog entry: "
@@ -348,8 +367,13 @@ class Simulation:
         self.record_iterations = sc["simulation"]["record_iterations"]
         self.env = simpy.Environment()
         kc = self.kv_cache
-        self.metrics = Metrics() if kc is None else Metrics(extra=(
-            "kv_cached_blocks", *(f"kv_{t.name}_blocks" for t in kc.tiers), "kv_transfer_s"))
+        # iteration-log columns after ITER_COLUMNS: the KV tiers' use (kv_cache on), then
+        # the speculative KV blocks each step took and returned (a scenario that drafts)
+        self.spec_columns = self.method != "none" and not isinstance(self.drafter, NoDrafter)
+        self.metrics = Metrics(extra=(
+            *(() if kc is None else ("kv_cached_blocks", *(f"kv_{t.name}_blocks"
+                                                          for t in kc.tiers), "kv_transfer_s")),
+            *(SPEC_ITER_COLUMNS if self.spec_columns else ())))
         if kc is not None:  # per-request prefix-cache columns, read by the kernel and KV
             t = self.table
             t.kv_shared = np.zeros(t.n, np.int64)
@@ -526,6 +550,20 @@ class Simulation:
             for w in self.workers:  # iterations that ended before the stop count
                 w.sync(end, strict=True)
 
+    def _speculative_kv(self) -> dict[str, Any]:
+        """Speculative KV blocks, in total and per worker (index = worker id): ``allocated``,
+        the blocks decode steps took above what their rows held, for their draft + bonus
+        tokens; ``freed_rejected``, of them, those that held only rejected drafts and were
+        returned after the step; ``committed`` = allocated - freed_rejected, kept for the
+        accepted + bonus tokens. A row's finishing step frees everything and is not
+        counted."""
+        taken = [int(w.spec_blocks_taken) for w in self.workers]
+        freed = [int(w.spec_blocks_freed) for w in self.workers]
+        kept = [a - f for a, f in zip(taken, freed, strict=True)]
+        return {"allocated": sum(taken), "freed_rejected": sum(freed), "committed": sum(kept),
+                "per_worker": {"allocated": taken, "freed_rejected": freed,
+                               "committed": kept}}
+
     def summary(self, wall_s: float) -> dict[str, Any]:
         t, sc = self.table, self.sc
         now = float(self.env.now)
@@ -585,9 +623,7 @@ class Simulation:
             "kv_blocks_per_worker": self.kv_blocks,
             "kv_blocks_used_at_end": int(sum(w.kv.held for w in self.workers)),
             "preemptions": int(sum(w.preemptions for w in self.workers)),
-            "speculative_kv_blocks": {  # decode steps' blocks for draft + bonus tokens
-                "allocated": int(sum(w.spec_blocks_taken for w in self.workers)),
-                "freed_rejected": int(sum(w.spec_blocks_freed for w in self.workers))},
+            "speculative_kv_blocks": self._speculative_kv(),
             "iterations": int(sum(w.ledger.iterations for w in self.workers)),
             "cost_usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
             "energy_j_per_output_token": energy / out_tokens if out_tokens else None,
@@ -643,6 +679,12 @@ class Simulation:
                 decisions[codes.get(c, str(c))] = decisions.get(codes.get(c, str(c)), 0) + n
         out["policy_decisions"] = dict(sorted(decisions.items(), key=lambda kv: -kv[1])[:20])
         out["policy_changes"] = int(sum(w.kernel.reason_changes for w in self.workers))
+        switches = [e for w in self.workers for e in getattr(w.policy, "switches", [])]
+        if isinstance(self.drafter, PerClassDrafter) and self.drafter.fallback is not None:
+            # drafter switching (per_class.py rule 4): each switch, in time order
+            switches.sort(key=lambda e: (e["time_s"], e["worker"]))
+            out["drafter_switch_count"] = len(switches)
+            out["drafter_switches"] = switches[:200]
         return out
 
     def check_invariants(self) -> None:

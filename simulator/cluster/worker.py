@@ -19,7 +19,7 @@ import numpy as np
 import simpy
 
 from specsim.simulator.cluster import requests as rq
-from specsim.simulator.execution.kernel import Kernel, Segment
+from specsim.simulator.execution.kernel import SPEC_ITER_COLUMNS, Kernel, Segment
 from specsim.simulator.kv.eviction import Newest
 
 
@@ -149,8 +149,10 @@ class Worker:
         self.run = np.zeros(0, np.int64)
         self.waiting: deque[int] = deque()
         self.preemptions = 0
-        self.spec_blocks_taken = 0  # KV blocks decode steps took for draft + bonus tokens
+        self.spec_blocks_taken = 0  # KV blocks drafting rows took for draft + bonus tokens
         self.spec_blocks_freed = 0  # of them, those of rejected drafts, returned after steps
+        # the iteration log has the speculative KV columns (a scenario that drafts)
+        self.spec_columns = tuple(metrics.extra[-len(SPEC_ITER_COLUMNS):]) == SPEC_ITER_COLUMNS
         # a KV pool with a prefix cache / tiers / swap (simulator/kv/prefix_cache.py)
         self.cache = kv if hasattr(kv, "admit") else None
         self.preempt_kinds = {"recompute": 0, "swap": 0}
@@ -299,13 +301,18 @@ class Worker:
         if seg.spec_free is not None:
             self.spec_blocks_freed += int(seg.spec_free[first:upto].sum())
             self.spec_blocks_taken += int(seg.spec_alloc[first:upto].sum())
+        extra = []  # the iteration log's columns after ITER_COLUMNS, in Metrics.extra order
         if self.cache is not None:  # evictions and inserts step by step, as if run so
             self.cache.commit_steps(seg, first, upto)
             if self.record and upto > first:
                 xfer = np.zeros(upto - first)
                 if first == 0:
                     xfer[0] = self._seg_xfer
-                self.metrics.fill_extra(upto - first, *self.cache.tier_use(), xfer)
+                extra += [*self.cache.tier_use(), xfer]
+        if self.spec_columns and self.record and upto > first:
+            extra += [seg.spec_alloc[first:upto], seg.spec_free[first:upto]]
+        if extra:
+            self.metrics.fill_extra(upto - first, *extra)
         if self.adaptive:  # what each committed step accepted, for the policy's estimates
             for s in range(first, upto):
                 self.policy.observe(seg.rows, seg.k[s], seg.acc[s], seg.emit[s],

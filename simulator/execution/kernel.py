@@ -19,6 +19,10 @@ import numpy as np
 from specsim.cost_models.roofline import attention_area
 from specsim.simulator import rng
 
+# iteration-log columns of a scenario that drafts (after ITER_COLUMNS and the KV tiers'):
+# per iteration, Segment.spec_alloc and Segment.spec_free summed over the worker's rows
+SPEC_ITER_COLUMNS = ("spec_taken_blocks", "spec_freed_blocks")
+
 
 @dataclass
 class StepShape:
@@ -162,8 +166,11 @@ class Kernel:
                 kfull[1:] = np.where(um <= self.drafter.match_rate, K, 0)
         kmax = int(kfull.max()) if kfull.size else 0
         if kmax > 0:
-            cond = np.minimum(self.alpha_table[t.cls_idx[rows], :kmax]
-                              * t.alpha_scale[rows, None], 1.0)
+            if hasattr(self.drafter, "row_alpha"):  # drafters per class: each row's own
+                cond = self.drafter.row_alpha(rows, t.cls_idx[rows], kmax)  # (uncompiled)
+            else:
+                cond = np.minimum(self.alpha_table[t.cls_idx[rows], :kmax]
+                                  * t.alpha_scale[rows, None], 1.0)
             u = rng.uniform(t.accept_key[rows][None, :], sidx)  # (S, B)
             afull = self.acceptance.accepted(u, cond, kfull)
         else:
@@ -240,10 +247,10 @@ class Kernel:
         seg = Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc, emit,
                       kv_add, count0, alive, finishing, during, after_rows, pre0,
                       pre0 & done0 & (gen0 == 0), max(m, 1), dflops, dbytes, pf_tokens)
-        # speculative KV, over decode rows that go on (a finishing row frees everything): the
-        # blocks each step took for its draft + bonus tokens, and those of rejected drafts,
-        # returned after the step
-        dec = alive & ~finishing
+        # speculative KV, over rows that draft (k > 0) and go on (a finishing row frees
+        # everything): the blocks each step took for its draft + bonus tokens, and those of
+        # rejected drafts, returned after the step
+        dec = alive & ~finishing & (k > 0)
         if has_pre:
             dec[0] &= ~pre0
         # (a block held before the step, e.g. admission's spare one, is not a draft's)

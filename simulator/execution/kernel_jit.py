@@ -456,7 +456,7 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
                 ar = 0
             during_rows[s, i] = dr
             after_rows[s, i] = ar
-            if al and not fin and not (s == 0 and has_pre and pre0[i]):  # a decode step:
+            if al and not fin and kk > 0 and not (s == 0 and has_pre and pre0[i]):  # drafts:
                 Iv[2, s] += max(dr - max(ar, held), 0)  # rejected drafts' blocks, returned
                 Iv[3, s] += dr - held  # blocks taken for its draft + bonus tokens
             ctx[s, i] = np.float64(kvb) if al else 0.0

@@ -159,6 +159,7 @@ class TierSpec:
     capacity_bytes: float
     bandwidth_bytes_s: float
     latency_s: float
+    source: str = "scenario"  # where capacity and link came from (catalog entry, assumed)
 
 
 @dataclass
@@ -516,6 +517,13 @@ def transfer_seconds(pages: int, page_bytes: int, tier: Tier) -> float:
 # ---------------------------------------------------------------- run summary and checks
 
 
+def _tier_spec(ts: TierSpec) -> dict:
+    """A lower tier as resolved: capacity and link of one worker, and where they came from."""
+    return {"capacity_gb_per_worker": ts.capacity_bytes / 1e9,
+            "bandwidth_gb_s_per_worker": ts.bandwidth_bytes_s / 1e9,
+            "latency_s": ts.latency_s, "source": ts.source}
+
+
 def summary(sim) -> dict:
     """``metrics.json``'s ``kv_cache`` block: hits per tier (tokens and blocks, and rates
     over the tokens looked up), bytes moved per tier pair, evictions, preemptions by kind,
@@ -563,6 +571,7 @@ def summary(sim) -> dict:
         "layerwise_loading": cfg.overlap, "page_tokens": cfg.page_tokens,
         "page_bytes": cfg.page_bytes,
         "tiers": {name: {"capacity_blocks_per_worker": int(kvs[0].cache.capacity(i)),
+                         **(_tier_spec(cfg.tiers[i - 1]) if i else {}),
                          "used_blocks_at_end": int(sum(k.cache.used_pages(i) for k in kvs)),
                          "cached_blocks_at_end": int(sum(k.cache.cached_pages(i)
                                                          for k in kvs))}

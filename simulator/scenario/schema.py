@@ -381,40 +381,98 @@ def _per_class_in(value: Any) -> Any:
     if not isinstance(value, dict) or not value:
         raise fail(f"expected a mapping of class names to speculation sections, got "
                    f"{show(value)}")
-    from pydantic import TypeAdapter
-
-    adapter = TypeAdapter(Speculation)
     out = {}
     for name, entry in value.items():
         if not isinstance(name, str) or not name:
             raise fail(f"expected class names as keys, got {show(name)}")
-        if isinstance(entry, dict):
-            for key in ("per_class", "tree"):
-                if entry.get(key) is not None:
-                    raise fail_key(f"{name}.{key}", "not allowed in a per-class entry (a "
-                                   "class's drafter drafts a chain and does not nest)")
-        try:
-            out[name] = adapter.validate_python(entry)
-        except ValidationError as exc:
-            err = exc.errors(include_url=False)[0]
-            loc = [str(p) for p in err["loc"]]
-            if loc and loc[0] in SPEC_METHODS:
-                loc = loc[1:]  # the union's tag is not a key the user wrote
-            sub = ".".join(loc)
-            own = own_message(err, sub or "x")
-            if own is None:
-                if err["type"] == "extra_forbidden":
-                    tag = str(err["loc"][0])
-                    fields = next((list(c.model_fields) for c in SPECULATION_VARIANTS
-                                   if c.model_fields["method"].default == tag
-                                   or tag in str(c.model_fields["method"].annotation)), [])
-                    own = f"{sub}: " + unknown_key(err["loc"][-1], fields)
-                else:
-                    own = f"{sub or 'x'}: {err['msg']}"
-            key, msg = own.split(": ", 1)
-            key = "" if key == "x" else key.removeprefix("x.")
-            raise fail_key(f"{name}" + (f".{key}" if key else ""), msg) from None
+        out[name] = _speculation_entry(name, entry)
     return out
+
+
+def _speculation_entry(name: str | None, entry: Any) -> Any:
+    """One drafter's speculation section (a per-class entry, or the switching fallback when
+    ``name`` is None), errors naming ``[name.]KEY``."""
+    from pydantic import TypeAdapter
+
+    def key_of(key: str) -> str:
+        return ".".join(x for x in (name, key) if x)
+
+    if isinstance(entry, dict):
+        for key in ("per_class", "tree", "switching"):
+            if entry.get(key) is not None:
+                raise fail_key(key_of(key), "not allowed in a per-class or fallback entry "
+                               "(it drafts a chain and does not nest)")
+    try:
+        return TypeAdapter(Speculation).validate_python(entry)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        loc = [str(p) for p in err["loc"]]
+        if loc and loc[0] in SPEC_METHODS:
+            loc = loc[1:]  # the union's tag is not a key the user wrote
+        sub = ".".join(loc)
+        own = own_message(err, sub or "x")
+        if own is None:
+            if err["type"] == "extra_forbidden":
+                tag = str(err["loc"][0])
+                fields = next((list(c.model_fields) for c in SPECULATION_VARIANTS
+                               if c.model_fields["method"].default == tag
+                               or tag in str(c.model_fields["method"].annotation)), [])
+                own = f"{sub}: " + unknown_key(err["loc"][-1], fields)
+            else:
+                own = f"{sub or 'x'}: {err['msg']}"
+        key, msg = own.split(": ", 1)
+        key = "" if key == "x" else key.removeprefix("x.")
+        if not key_of(key):
+            raise fail(msg) from None
+        raise fail_key(key_of(key), msg) from None
+
+
+def _fallback_in(value: Any) -> Any:
+    if value is None:
+        raise fail("required: the drafter a class switches to (a speculation section: "
+                   "method, k, acceptance, ...; method none stops drafting)")
+    return _speculation_entry(None, value)
+
+
+def _class_list(value: Any) -> Any:
+    if value is None:
+        return None
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(
+            isinstance(x, str) and x for x in names):
+        raise fail(f"expected a class name or a list of names, got {show(value)}")
+    return names
+
+
+class Switching(Section):
+    """``speculation.switching``: a fallback drafter a class switches to on a worker when its
+    acceptance collapses, and back (speculation/per_class.py rules 4-6)."""
+
+    classes: Annotated[list[str] | None, BeforeValidator(_class_list)] = Field(
+        None, description="classes that may switch (default: all)")
+    below: Float(0.0, 1.0) = Field(0.4, description="switch to the fallback when the class's "
+                                   "acceptance estimate on its own drafter falls below this")
+    above: Float(0.0, 1.0) = Field(0.6, description="switch back when the (probed) estimate "
+                                   "reaches this (hysteresis: above > below)")
+    min_steps: Int(0, 10**9) = Field(64, description="steps between two switches of a class")
+    probe_every: Int(1, 10**9) = Field(8, description="on the fallback, every Nth request of "
+                                       "the class admitted drafts with its own drafter")
+    decay: Float(0.0, 1.0, exclusive_lo=True) = Field(
+        0.98, description="the estimate's decay per observed step (as policy_params.decay)")
+    prior_weight: Float(0.0, 1e9) = Field(
+        20.0, description="pseudo-trials at the profile's alpha (as policy_params)")
+    # last: a bad number elsewhere in the section is named before a missing fallback
+    fallback: Annotated[Any, BeforeValidator(_fallback_in)] = Field(
+        None, validate_default=True, description="a speculation section: the drafter a "
+        "class switches to (loaded and counted in HBM like the others)")
+
+    @model_validator(mode="after")
+    def _hysteresis(self) -> Switching:
+        if self.above <= self.below:
+            raise fail_key("above", f"expected more than below ({self.below:g}): the band "
+                           f"between them keeps a class from switching back and forth, got "
+                           f"{self.above:g}")
+        return self
 
 
 class _Speculation(Section):
@@ -436,6 +494,7 @@ class _Speculation(Section):
     per_class: Annotated[dict[str, Any] | None, BeforeValidator(_per_class_in)] = Field(
         None, description="class name -> a speculation section (method, drafter, k, "
         "acceptance, ...): that class drafts with its own drafter (speculation/per_class.py)")
+    switching: _optional_section(Switching)
 
     @model_validator(mode="after")
     def _per_class_k(self) -> _Speculation:
@@ -443,6 +502,10 @@ class _Speculation(Section):
             if entry.k > self.k:
                 raise fail_key(f"per_class.{name}.k", f"expected at most speculation.k "
                                f"({self.k}, the policy's range), got {entry.k}")
+        fb = self.switching.fallback if self.switching is not None else None
+        if fb is not None and fb.k > self.k:
+            raise fail_key("switching.fallback.k", f"expected at most speculation.k "
+                           f"({self.k}, the policy's range), got {fb.k}")
         return self
 
 
