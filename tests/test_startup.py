@@ -1,0 +1,44 @@
+"""Start-up stays light (issue 13): `--help`, `validate` and a run without a report import
+only what their path needs. Checked by module, not by clock, so a busy machine cannot fail it;
+README "Benchmarks" has the measured times."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CHAT = REPO / "scenarios" / "chat.yaml"
+HEAVY = ("scipy", "pandas", "matplotlib", "pyarrow", "numba", "dask", "torch")
+
+
+def _loaded_after(argv: list[str]) -> list[str]:
+    """Heavy modules in sys.modules after `specsim ARGV` ran in a fresh interpreter."""
+    code = ("import sys\nfrom specsim.simulator.cli import main\n"
+            f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            f"print('HEAVY=' + ','.join(sorted(m for m in {HEAVY!r} if m in sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=REPO, check=True).stdout
+    line = [s for s in out.splitlines() if s.startswith("HEAVY=")][-1]
+    return [m for m in line[len("HEAVY="):].split(",") if m]
+
+
+def test_help_imports_none_of_the_heavy_libraries():
+    assert _loaded_after(["--help"]) == []
+    assert _loaded_after(["run", "--help"]) == []
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate", str(CHAT)],
+    # 1,000 requests: below the compiled kernel's auto threshold, so numba stays out too
+    ["run", str(CHAT), "--quiet", "--no-report", "--out", "{tmp}"],
+])
+def test_validate_and_a_run_without_report_skip_plotting_fitting_and_compiling(argv, tmp_path):
+    """pandas (and the pyarrow it loads) is the trace's type, so these need it; scipy
+    (fits, Beta draws), matplotlib (report plots), numba, dask and torch they do not."""
+    argv = [a.replace("{tmp}", str(tmp_path / "out")) for a in argv]
+    loaded = set(_loaded_after(argv))
+    assert not loaded & {"scipy", "matplotlib", "numba", "dask", "torch"}, sorted(loaded)
