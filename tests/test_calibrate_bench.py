@@ -86,7 +86,10 @@ def test_settle_stops_points_early_and_the_budget_stops_rounds():
                                            warmup=0, repeats=5), "float32", budget_s=0.0)
     t = cut.attrs["timing"]
     assert t["rounds"] == 2 and t["stopped"] == "time budget (0 s) spent"
-    assert t["points_short_of_clean_samples"] == 2 and (cut["samples"] == 2).all()
+    # two rounds of two points: four samples, clean or contended (on a loaded machine a
+    # point's median may rest on its one clean sample)
+    assert t["points_short_of_clean_samples"] == 2 and t["samples"] == 4
+    assert cut["samples"].between(1, 2).all()
 
 
 def test_quick_grid_spans_the_regimes():
