@@ -165,6 +165,9 @@ class PrefillView:
     the first token."""
 
     __slots__ = ("_base", "output")
+    #: a finished row lives on in the decode pool: a segment must not run past a finish
+    #: while it holds other rows (Kernel.plan, segments through prefill chunks)
+    hands_off = True
 
     def __init__(self, base: Any) -> None:
         object.__setattr__(self, "_base", base)

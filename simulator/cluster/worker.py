@@ -139,6 +139,9 @@ class Worker:
         self.multi_step = (multi_step and policy.fixed_k is not None
                            and not getattr(drafter, "state_dependent_match", False))
         self.record = record_iterations
+        # segments through prefill chunks (Kernel.plan): not with a prefix cache (its
+        # inserts follow step 0's prefills) or drafters per class (rows bound per plan)
+        self.chunk_segments = not hasattr(kv, "admit") and not hasattr(drafter, "bind")
         self.on_finish = on_finish
         self.arrival_hint = arrival_hint  # when a request may next arrive here (speed only)
         self._last_dt = 0.0
@@ -225,7 +228,7 @@ class Worker:
             # a queue that cannot join before a finish (a full batch) does not stop a
             # segment: it runs through arrivals up to its first finish (exact)
             through = False
-            if self.multi_step and shape.uniform:
+            if self.multi_step and (shape.uniform or (shape.chunking and self.chunk_segments)):
                 if not self.waiting:
                     steps = self._segment_length()
                 elif self.scheduler.blocked(self):

@@ -34,6 +34,10 @@ class StepShape:
     prefill: np.ndarray  # bool: the row is prefilling in step 0
     completes: np.ndarray  # bool: its prefill finishes in step 0 (it then emits one token)
     uniform: bool  # step 0 equals what the fixed-k rule gives (no budget shrink, no partial chunk)
+    # as uniform but for prefills left in chunks: later steps may go on chunking them
+    # (``budget`` tokens a step, decode rows first); the segment ends where one completes
+    chunking: bool = False
+    budget: int = 0
 
 
 @dataclass
@@ -68,6 +72,11 @@ class Segment:
     reason: int = 0  # the speculation policy's decision (Metrics.reason_code)
     spec_free: np.ndarray | None = None  # (S,) blocks of rejected drafts, freed after the step
     spec_alloc: np.ndarray | None = None  # (S,) blocks decode rows took for the step's tokens
+    # a segment through prefill chunks (None otherwise: only step 0 may prefill), (S, B):
+    # the row prefills in the step / gets its first token / the step counts as a target step
+    pre_steps: np.ndarray | None = None
+    first_steps: np.ndarray | None = None
+    counted: np.ndarray | None = None
 
     def steps_ending_by(self, t: float, strict: bool = False) -> int:
         """How many planned steps have ended by time t (end <= t, or < t if strict)."""
@@ -135,13 +144,16 @@ class Kernel:
 
     def plan(self, shape: StepShape, now: float, steps: int, fixed_k: int | None) -> Segment:
         """Plan up to ``steps`` iterations starting at ``now`` (1 unless ``fixed_k`` is set)."""
-        if self._jit is not None and self._jit.plans:
+        chunking = shape.chunking and steps > 1 and fixed_k is not None
+        if self._jit is not None and self._jit.plans and not chunking:
             return self._jit.plan(shape, now, steps, fixed_k)
         t, rows = self.t, shape.rows
         B = len(rows)
         S = steps if fixed_k is not None and steps > 1 else 1
         pre0, done0 = shape.prefill, shape.completes
         has_pre = bool(pre0.any())  # most segments are pure decode: skip the prefill rules
+        # rows whose prompt goes on in chunks after step 0 (a segment through chunks)
+        cont = pre0 & ~done0 if chunking else None
         gen0 = t.generated[rows]
         left0 = t.output[rows] - gen0
         if S > 1:
@@ -164,6 +176,10 @@ class Kernel:
             if not self.drafter.proposes_always and K > 0:
                 um = rng.uniform(t.match_key[rows][None, :], sidx[1:])
                 kfull[1:] = np.where(um <= self.drafter.match_rate, K, 0)
+        if cont is not None and S > 1 and cont.any():
+            kfull[1:, cont] = 0  # a prefilling row drafts nothing
+        else:
+            cont = None
         kmax = int(kfull.max()) if kfull.size else 0
         if kmax > 0:
             if hasattr(self.drafter, "row_alpha"):  # drafters per class: each row's own
@@ -178,20 +194,35 @@ class Kernel:
         efull = afull + 1
         if has_pre:
             efull[0] = np.where(pre0, done0, efull[0])
-        before = np.minimum(np.cumsum(efull, axis=0) - efull, left0[None, :])
-        left = left0[None, :] - before
-        alive = left > 0  # a finished row leaves the batch: no tokens, no KV after its end
-        k = np.minimum(kfull, np.maximum(left - 1, 0))
-        acc = np.minimum(afull, k)
+
+        def emissions():  # tokens each row may emit per step, given ``efull``
+            before = np.minimum(np.cumsum(efull, axis=0) - efull, left0[None, :])
+            left = left0[None, :] - before
+            alive = left > 0  # a finished row leaves the batch: no tokens, no KV after its end
+            k = np.minimum(kfull, np.maximum(left - 1, 0))
+            return left, alive, k, np.minimum(afull, k)
+
+        left, alive, k, acc = emissions()
+        pre = ch = comp = None
+        last = S - 1  # the last step a chunked segment may run (where a prompt completes)
+        if cont is not None:  # the chunk schedule from the decode rows' widths, then again
+            q = np.where(alive, self.drafter.verify_width(k), 0)
+            pre, ch, comp, last = self._chunk_steps(shape, cont, q, S)
+            efull[1:, cont] = comp[1:, cont]  # the completing chunk emits one token
+            left, alive, k, acc = emissions()
         emit = np.where(alive, acc + 1, 0)
-        if has_pre:
-            emit[0] = np.where(pre0, done0, emit[0])
         q = np.where(alive, self.drafter.verify_width(k), 0)
-        if has_pre:
-            q[0] = np.where(pre0, shape.chunk, q[0])
-        kv_add = emit.copy()
-        if has_pre:
-            kv_add[0] = np.where(pre0, shape.chunk, emit[0])
+        if pre is not None:
+            emit = np.where(pre, comp, emit)
+            q = np.where(pre, ch, q)
+            kv_add = np.where(pre, ch, emit)
+        else:
+            if has_pre:
+                emit[0] = np.where(pre0, done0, emit[0])
+                q[0] = np.where(pre0, shape.chunk, q[0])
+            kv_add = emit.copy()
+            if has_pre:
+                kv_add[0] = np.where(pre0, shape.chunk, emit[0])
         finishing = alive & (left == emit)
         n_alive = alive.sum(axis=1)
         ok = n_alive > 0  # once every row is done the worker idles
@@ -205,9 +236,16 @@ class Kernel:
         held[0] = blocks0
         if S > 1 and has_pre:  # a prefill keeps its reserve
             held[1] = np.where(pre0, np.maximum(blocks0, need[0]), held[1])
+        if pre is not None:  # ... through its chunks: each step holds what the last did
+            cc = np.flatnonzero(cont)
+            kept_c = np.maximum.accumulate(
+                np.maximum(need[:last + 1, cc], blocks0[cc][None, :]), axis=0)
+            held[1:last + 1, cc] = kept_c[:-1]
         during_rows = np.where(alive, np.maximum(held, need), 0)
         after_rows = np.minimum(during_rows, -(-(kvp + kv_add) // bs))
-        if has_pre:
+        if pre is not None:
+            after_rows = np.where(pre, during_rows, after_rows)
+        elif has_pre:
             after_rows[0] = np.where(pre0, during_rows[0], after_rows[0])
         after_rows[finishing] = 0
         during = during_rows.sum(axis=1)
@@ -229,13 +267,19 @@ class Kernel:
         logits = tokens.copy()
         pf_tokens = np.zeros(S)
         pf_qc = np.zeros(S)
-        if has_pre:
+        if pre is not None:  # token counts: exact in any order of summation
+            pf_tokens = np.where(pre, qf, 0.0).sum(axis=1)
+            pf_qc = np.where(pre, area, 0.0).sum(axis=1)
+            logits = tokens - pf_tokens + (pre & comp).sum(axis=1)
+        elif has_pre:
             pf_tokens[0] = float(qf[0, pre0].sum())
             pf_qc[0] = float(area[0, pre0].sum())
             logits[0] = tokens[0] - pf_tokens[0] + float((done0 & pre0).sum())
         seqs = (q > 0).sum(axis=1)
         chunks = np.zeros(S)
-        if has_pre:
+        if pre is not None:
+            chunks = (pre & (q > 0)).sum(axis=1).astype(np.float64)
+        elif has_pre:
             chunks[0] = float((pre0 & (q[0] > 0)).sum())
         if hasattr(self.drafter, "bind"):  # drafters per class: whose rows these are
             self.drafter.bind(rows, np.where(pre0, q[0], 0) if has_pre else None)
@@ -244,6 +288,12 @@ class Kernel:
         end = now + np.cumsum(dt)
         start = end - dt
         m = int(np.argmin(ok)) if not ok.all() else S
+        if pre is not None:
+            m = min(m, last + 1)
+            if getattr(t, "hands_off", False):  # finished rows move on (PD prefill pool)
+                fin = np.flatnonzero(finishing[:m].any(axis=1))
+                if len(fin):
+                    m = int(fin[0]) + 1
         seg = Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc, emit,
                       kv_add, count0, alive, finishing, during, after_rows, pre0,
                       pre0 & done0 & (gen0 == 0), max(m, 1), dflops, dbytes, pf_tokens)
@@ -251,13 +301,54 @@ class Kernel:
         # everything): the blocks each step took for its draft + bonus tokens, and those of
         # rejected drafts, returned after the step
         dec = alive & ~finishing & (k > 0)
-        if has_pre:
+        if pre is not None:
+            dec &= ~pre
+        elif has_pre:
             dec[0] &= ~pre0
         # (a block held before the step, e.g. admission's spare one, is not a draft's)
         seg.spec_free = np.where(dec, np.maximum(during_rows - np.maximum(after_rows, held), 0),
                                  0).sum(axis=1)
         seg.spec_alloc = np.where(dec, during_rows - held, 0).sum(axis=1)
+        if pre is not None:
+            done = pre & comp
+            seg.pre_steps = pre
+            seg.first_steps = done & (gen0 == 0)[None, :]
+            # a target step: decoding, or a recomputed prompt completing (it emits a token)
+            seg.counted = alive & (~pre | (done & (gen0 > 0)[None, :]))
         return seg
+
+    def _chunk_steps(self, shape: StepShape, cont: np.ndarray, q: np.ndarray, S: int):
+        """Prefill chunks of steps 1.. for the rows in ``cont`` (prompts not finished in
+        step 0), as the batch scheduler would give them: each step's budget less the decode
+        rows' tokens (``q``, their verify widths), in admission order. The first such row
+        takes all of it until its prompt completes in step ``last``; there the others get
+        what it leaves. Returns the (S, B) masks of prefilling and completing rows, the
+        chunks and ``last`` (S - 1 when no prompt completes within S steps)."""
+        t, rows = self.t, shape.rows
+        B = len(rows)
+        cc = np.flatnonzero(cont)
+        rem = (t.prefill_target[rows] - t.kv_len[rows] - shape.chunk)[cc]  # after step 0
+        room = np.maximum(shape.budget - np.where(cont[None, :], 0, q[1:]).sum(axis=1), 0)
+        cum = np.cumsum(room)
+        j = int(np.searchsorted(cum, rem[0], side="left"))  # step j + 1 completes the first
+        last = j + 1 if j < S - 1 else S - 1
+        ch = np.zeros((S, B), np.int64)
+        ch[0] = shape.chunk
+        ch[1:last + 1, cc[0]] = room[:last]
+        pre = np.zeros((S, B), bool)
+        pre[0] = shape.prefill
+        pre[1:last + 1, cc] = True
+        comp = np.zeros((S, B), bool)
+        comp[0] = shape.prefill & shape.completes
+        if j < S - 1:
+            rem[0] -= int(cum[j - 1]) if j else 0  # what the first has left in step last
+            ch[last, cc[0]] = rem[0]
+            left = int(room[j]) - int(rem[0])
+            others = rem[1:]
+            ch[last, cc[1:]] = np.minimum(np.maximum(left - (np.cumsum(others) - others), 0),
+                                          others)
+            comp[last, cc] = ch[last, cc] >= rem
+        return pre, ch, comp, last
 
     def commit(self, seg: Segment, upto: int, kv, ledger, metrics, wid: int,
                record: bool) -> np.ndarray:
@@ -268,26 +359,46 @@ class Kernel:
         a, b = seg.done, upto
         if b <= a:
             return seg.rows[:0]
-        if self._jit is not None and self._jit.commits(ledger):
+        pre = seg.pre_steps  # a segment through prefill chunks (planned here, not compiled)
+        if self._jit is not None and pre is None and self._jit.commits(ledger):
             return self._jit.commit(seg, upto, kv, ledger, metrics, wid, record)
         t, rows = self.t, seg.rows
         sl = slice(a, b)
         emit, alive, end = seg.emit[sl], seg.alive[sl], seg.end[sl]
         delivered = emit > 0
-        # inter-token gaps: step a from each row's last delivery, later steps from the step before
-        gaps0 = delivered[0] & ~(seg.first0 if a == 0 else np.zeros(len(rows), bool))
+        # inter-token gaps: step a from each row's last delivery, later steps from the step
+        # before (a prompt completing in a later step: its first token has no gap, and a
+        # recomputed one's runs from its last delivery before the preemption)
+        if pre is None:
+            first_a = seg.first0 if a == 0 else np.zeros(len(rows), bool)
+        else:
+            first_a = seg.first_steps[a]
+        gaps0 = delivered[0] & ~first_a
         metrics.add_itl(end[0] - t.last_delivery[rows[gaps0]])
-        if b - a > 1:
+        if b - a > 1 and pre is None:
             metrics.add_itl(np.repeat(seg.dt[a + 1:b], delivered[1:].sum(axis=1)))
-        if a == 0 and seg.first0.any():
+        elif b - a > 1:
+            for s in range(1, b - a):
+                own = delivered[s] & pre[a + s]  # a prompt's completing chunk
+                metrics.add_itl(np.repeat(seg.dt[a + s], int((delivered[s] & ~own).sum())))
+                back = own & ~seg.first_steps[a + s]
+                if back.any():
+                    metrics.add_itl(end[s] - t.last_delivery[rows[back]])
+        if pre is not None:
+            si, ri = np.nonzero(seg.first_steps[sl])
+            t.first_token[rows[ri]] = end[si]
+        elif a == 0 and seg.first0.any():
             t.first_token[rows[seg.first0]] = end[0]
         t.generated[rows] += emit.sum(axis=0)
         t.accepted[rows] += seg.acc[sl].sum(axis=0)
         t.bonus[rows] += delivered.sum(axis=0)
         t.drafted[rows] += seg.k[sl].sum(axis=0)
-        steps = alive.sum(axis=0)
-        if a == 0:
-            steps -= alive[0] & ~seg.count0
+        if pre is not None:
+            steps = seg.counted[sl].sum(axis=0)
+        else:
+            steps = alive.sum(axis=0)
+            if a == 0:
+                steps -= alive[0] & ~seg.count0
         t.steps[rows] += steps
         t.kv_len[rows] += seg.kv_add[sl].sum(axis=0)
         t.last_delivery[rows[delivered[-1]]] = end[-1]
@@ -303,9 +414,12 @@ class Kernel:
         seg.done = b
         dt = seg.dt[sl]
         k, acc = seg.k[sl], seg.acc[sl]
-        decoding = alive.copy()
-        if a == 0:
-            decoding[0] &= ~seg.prefill0
+        if pre is not None:
+            decoding = alive & ~pre[sl]
+        else:
+            decoding = alive.copy()
+            if a == 0:
+                decoding[0] &= ~seg.prefill0
         drafted = k.sum(axis=1).astype(np.float64)
         accepted = acc.sum(axis=1).astype(np.float64)
         overlap = self.executor.overlap  # a draft phase hidden under the verify pass has no
@@ -326,7 +440,9 @@ class Kernel:
         if record:
             n_alive = alive.sum(axis=1)
             n_pre = np.zeros(b - a, np.int64)
-            if a == 0:
+            if pre is not None:
+                n_pre = pre[sl].sum(axis=1)
+            elif a == 0:
                 n_pre[0] = int(seg.prefill0.sum())
             metrics.add_iterations(b - a, seg.start[sl], wid, n_alive, n_alive - n_pre, n_pre,
                                    seg.tokens[sl], seg.k[sl].sum(axis=1), seg.draft[sl],

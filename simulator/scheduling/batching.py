@@ -143,6 +143,10 @@ class FcfsScheduler(BatchScheduler):
                 ch[prefilling] = chunk
                 completes = np.zeros(len(run), bool)
                 completes[prefilling] = chunk >= rem
-            uniform = (not shrunk and all_complete and policy.fixed_k is not None
-                       and len(run) * int(drafter.verify_width(policy.fixed_k)) <= budget)
-            return StepShape(run, kk, ch, prefilling, completes, uniform)
+            fixed = (not shrunk and policy.fixed_k is not None
+                     and len(run) * int(drafter.verify_width(policy.fixed_k)) <= budget)
+            # a prompt left in chunks: later steps give it what the decode rows leave of the
+            # budget, in admission order, as this method would (Kernel.plan, chunked steps)
+            chunking = fixed and not all_complete and self.chunked_prefill
+            return StepShape(run, kk, ch, prefilling, completes, fixed and all_complete,
+                             chunking, budget)
