@@ -6,9 +6,13 @@ then a Mooncake multi-turn row with the radix prefix cache (scenarios/mooncake_c
 its first --mooncake requests; skipped when ../shared/data has no Mooncake trace), and a PD
 row (scenarios/pd_disaggregated.yaml at --pd requests).
 A benchmark figure, not a test: the target is 100k chat requests in under 60 s on one core.
+``--targets [ARGS...]`` prints issue 13's table instead (every case as a whole ``specsim``
+command against its target, simulated / real time, peak RSS, a profile summary and the
+scaling; benchmarks/speed_targets.py, which takes ARGS).
 
     python benchmarks/sim_speed.py [--scenario FILE] [--sizes 1000 10000 100000] [--no-fast-path]
         [--mooncake 1000] [--pd 5000] [--set KEY=VALUE ...]
+    python benchmarks/sim_speed.py --targets [--million] [--repeat 2]
 """
 
 from __future__ import annotations
@@ -38,6 +42,13 @@ print(json.dumps({"wall_s": wall, "sim_wall_s": m["wall_time_s"], "iterations": 
 
 
 def main() -> int:
+    if "--targets" in sys.argv[1:]:  # issue 13's table: speed_targets.py with the other args
+        sys.argv = [str(REPO / "benchmarks" / "speed_targets.py"),
+                    *(a for a in sys.argv[1:] if a != "--targets")]
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        import speed_targets
+
+        return speed_targets.main()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default=str(REPO / "scenarios" / "chat.yaml"))
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 100000])

@@ -91,6 +91,10 @@ def cases(million: bool) -> list[Case]:
              "all outputs", 5.0, _azure_hour(True), needs=AZURE_HOUR),
         Case("hour_off", "same, speculation off, all outputs", 3.0, _azure_hour(False),
              needs=AZURE_HOUR),
+        Case("replay1k_noplots", "same 1k replay, `--no-plots` (report.md tables, no PNGs)",
+             1.0, _replay_1k(), args=["--no-plots"]),
+        Case("hour_off_noplots", "1-hour trace, speculation off, `--no-plots`", 3.0,
+             _azure_hour(False), needs=AZURE_HOUR, args=["--no-plots"]),
         Case("chat100k", "100,000 synthetic chat requests, EAGLE-3, all outputs but report",
              10.0, _chat(100_000), args=["--no-report"]),
     ]

@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     mode = None
     if args.out:
         mode = write_outputs(result, Path(args.out), report=not args.no_report, force=args.force,
-                             staging=staging)
+                             staging=staging, plots=not getattr(args, "no_plots", False))
     Console().print(summary_table(result.metrics))
     for note in result.notes:
         console.print(f"note: {note}")
@@ -340,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a scenario key (repeatable), validated like the file")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--no-report", action="store_true", help="skip report.md and plots")
+    r.add_argument("--no-plots", action="store_true",
+                   help="report.md with its tables but no PNGs (no matplotlib: 1-2 s faster; "
+                   "`specsim report DIR` draws them later)")
     r.add_argument("--baseline", action="store_true",
                    help="also run with speculation off (same trace and seed) and add the "
                         "per-class speedups to metrics.json (baseline)")

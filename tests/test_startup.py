@@ -42,3 +42,21 @@ def test_validate_and_a_run_without_report_skip_plotting_fitting_and_compiling(a
     argv = [a.replace("{tmp}", str(tmp_path / "out")) for a in argv]
     loaded = set(_loaded_after(argv))
     assert not loaded & {"scipy", "matplotlib", "numba", "dask", "torch"}, sorted(loaded)
+
+
+def test_a_report_without_plots_skips_matplotlib_and_report_draws_them_later(tmp_path):
+    """`--no-plots`: report.md and report.html with every table, no PNG, no matplotlib;
+    `specsim report DIR` then draws the plots from the folder."""
+    out = tmp_path / "out"
+    loaded = set(_loaded_after(["run", str(CHAT), "--quiet", "--no-plots",
+                                "--set", "workload.synthetic.requests=200", "--out", str(out)]))
+    assert "matplotlib" not in loaded, sorted(loaded)
+    text = (out / "report.md").read_text()
+    assert "## Latency" in text and "## Cost and energy" in text
+    assert "Not drawn (`--no-plots`)" in text and not list(out.glob("*.png"))
+    assert (out / "report.html").is_file()
+    from specsim.simulator.cli import main
+
+    assert main(["report", str(out)]) == 0
+    assert {p.name for p in out.glob("*.png")} >= {"latency_cdf.png", "timeline.png"}
+    assert "Not drawn" not in (out / "report.md").read_text()

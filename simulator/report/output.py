@@ -179,7 +179,8 @@ class Staging:
 
 
 def write_outputs(result: Result, out_dir: Path, report: bool = True,
-                  force: bool = False, staging: Staging | None = None) -> str:
+                  force: bool = False, staging: Staging | None = None,
+                  plots: bool = True) -> str:
     """metrics.json, requests.csv, the iteration log, report.md (+ PNGs) into ``out_dir``.
 
     ``staging``: the folder the run already streamed its iteration log into (then
@@ -213,7 +214,7 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
             # a streamed log is read back: the plotted columns, sampled beyond REPORT_ROWS
             shown = result if result.iterations is not None else \
                 dataclasses.replace(result, iterations=read_for_report(tmp))
-            write_report(shown, tmp)
+            write_report(shown, tmp, plots=plots)
         files = sorted(p.name for p in tmp.iterdir())
         (tmp / MARKER).write_text(json.dumps({
             "written_by": "specsim", "version": _version(),

@@ -964,8 +964,10 @@ def _pd_section(v: _View) -> str | None:
 
 
 # ---------------------------------------------------------------------------- entry point
-def write_report(result: Any, out_dir: Path) -> None:
-    """Write ``report.md`` and its PNGs (relative links) into ``out_dir``."""
+def write_report(result: Any, out_dir: Path, plots: bool = True) -> None:
+    """Write ``report.md`` (and ``report.html``) and its PNGs (relative links) into
+    ``out_dir``; ``plots=False`` writes the tables only, without importing matplotlib
+    (about 1-2 s less; ``specsim report DIR`` draws them later)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     v = _View(result)
@@ -997,7 +999,10 @@ def write_report(result: Any, out_dir: Path) -> None:
     parts += ["## Notes", ""]
     parts += [f"- {n}" for n in notes] if notes else ["None."]
     parts += ["", "## Plots", ""]
-    for fname, title, caption, fn in PLOTS:
+    if not plots:
+        parts += ["_Not drawn (`--no-plots`): `specsim report DIR` draws them from this "
+                  "folder._", ""]
+    for fname, title, caption, fn in PLOTS if plots else ():
         parts += [f"### {title}", ""]
         try:
             skipped, note = fn(v, out_dir / fname)
