@@ -169,11 +169,10 @@ def load_profile(ref: str, base_dir: Path | None = None, where: str = "calibrati
         raise CatalogError(f"{where}: no calibration profile {ref!r} (bundled: "
                            f"{', '.join(list_profiles()) or 'none'}; or give a YAML file path)")
     try:
-        from specsim.yamlio import (
-            load as load_yaml,  # YAML 1.2 numbers (1e-5); lazy: no cycle
-        )
+        from specsim.yamlio import load as load_yaml  # YAML 1.2 numbers; lazy: no cycle
+        from specsim.yamlio import load_bundled
 
-        data = load_yaml(text)
+        data = load_bundled(text) if origin.startswith("bundled") else load_yaml(text)
     except yaml.YAMLError as exc:
         raise CatalogError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return profile_from_dict(data, origin, default_name=ref)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-import yaml
+from specsim.yamlio import load_bundled
 
 from .catalog_schema import (  # noqa: F401 (DTYPES and the bounds are re-exported)
     DTYPES,
@@ -29,7 +29,7 @@ from .errors import CatalogError
 
 def _load_yaml(name: str) -> dict[str, Any]:
     text = resources.files(__package__).joinpath("data", name).read_text()
-    return yaml.safe_load(text) or {}
+    return load_bundled(text, yaml12=False) or {}
 
 
 @functools.cache

@@ -44,3 +44,20 @@ for _first in "-+0123456789.":
 def load(text: str | bytes) -> Any:
     """Parse one YAML document with the project's loader (raises yaml.YAMLError)."""
     return yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader subclass)
+
+
+if getattr(yaml, "__with_libyaml__", False):
+    class _FastLoader(yaml.CSafeLoader):
+        """``Loader``'s resolvers over libyaml's parser: the same values, about 10x faster."""
+
+    _FastLoader.yaml_implicit_resolvers = Loader.yaml_implicit_resolvers
+    _FastSafe: Any = yaml.CSafeLoader
+else:  # PyYAML built without libyaml
+    _FastLoader, _FastSafe = Loader, yaml.SafeLoader
+
+
+def load_bundled(text: str | bytes, yaml12: bool = True) -> Any:
+    """A bundled data file (catalogs, profiles), parsed by libyaml where PyYAML has it: the
+    values ``load`` (``yaml12``) or ``yaml.safe_load`` give, a tenth of a second less per
+    run. User files go through ``load``, whose error messages the CLI quotes."""
+    return yaml.load(text, Loader=_FastLoader if yaml12 else _FastSafe)  # noqa: S506

@@ -34,6 +34,7 @@ import yaml
 
 from specsim.errors import ScenarioError
 from specsim.simulator import rng
+from specsim.yamlio import load_bundled
 
 MAX_K = 64
 
@@ -365,13 +366,13 @@ _ENTRY_KEYS = {"method", "target", "drafter", "temperature", "source", "notes", 
 
 def profile_catalog() -> dict[str, Any]:
     text = resources.files(__package__).joinpath("data", "acceptance.yaml").read_text()
-    return yaml.safe_load(text) or {}
+    return load_bundled(text, yaml12=False) or {}
 
 
 def drafter_quantization_table() -> dict[str, Any]:
     """Alpha multipliers per drafter weight precision (``data/drafter_quantization.yaml``)."""
     text = resources.files(__package__).joinpath("data", "drafter_quantization.yaml").read_text()
-    return yaml.safe_load(text) or {}
+    return load_bundled(text, yaml12=False) or {}
 
 
 def _is_path(ref: str) -> bool:
