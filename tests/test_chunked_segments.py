@@ -117,3 +117,16 @@ def test_compiled_runs_plan_chunked_segments_and_agree_with_pure():
     compiled = run_scenario(scenario(), trace=tr, overrides={"simulation.compiled": True})
     assert pure.metrics["iterations"] > 150
     same_bits(pure, compiled)
+
+
+@pytest.mark.parametrize("budget,max_batch,seed", [(64, 4, 1), (128, 64, 2), (512, 8, 3),
+                                                   (200, 16, 4)])
+def test_chunked_segments_across_budgets_and_batch_limits(budget, max_batch, seed):
+    """Tiny budgets (a draft-5 step nearly fills 64 tokens), full batches with a queue
+    (segments through arrivals) and long prompts at once."""
+    tr = make_trace(80, rate=8.0, prompt=(20, 2000), output=(1, 200), seed=seed)
+    sc = scenario(k=3)
+    sc["scheduler"].update(token_budget=budget, max_batch=max_batch)
+    fast = run_scenario(sc, trace=tr, overrides={"simulation.fast_path": True})
+    slow = run_scenario(sc, trace=tr, overrides={"simulation.fast_path": False})
+    _same(fast, slow)
