@@ -42,6 +42,9 @@ class BatchScheduler:
         return False
 
 
+_NONE = np.zeros(0, np.int64)  # no prefilling rows (read only)
+
+
 @BATCH_SCHEDULERS.register("fcfs")
 class FcfsScheduler(BatchScheduler):
     """First come, first served: admit in arrival order while KV and the batch have room."""
@@ -110,8 +113,10 @@ class FcfsScheduler(BatchScheduler):
             # prefill chunks from what the budget has left, in admission order
             room = max(budget - dec_tokens, 0)
             prefilling = ~decoding
-            rem = (target - kvlen)[prefilling]
-            if len(rem) == 1:  # the common case: one new prompt (no array work)
+            rem = (target - kvlen)[prefilling] if len(dec) < len(run) else _NONE
+            if not len(rem):  # the commonest case: every row decodes
+                chunk = _NONE
+            elif len(rem) == 1:  # the common case: one new prompt (no array work)
                 r0 = int(rem[0])
                 fits = r0 <= room or (not self.chunked_prefill and not len(dec))
                 chunk = np.array([min(r0, room) if self.chunked_prefill else
@@ -133,7 +138,7 @@ class FcfsScheduler(BatchScheduler):
             if grow > kv.free and (cache is None or not cache.make_room(grow)):
                 worker.preempt(grow - kv.free)
                 continue
-            all_complete = bool((chunk >= rem).all())
+            all_complete = bool((chunk >= rem).all()) if len(rem) else True
             if not len(rem):  # all decoding: k as chosen, no chunks
                 kk, ch, completes = k, np.zeros(len(run), np.int64), np.zeros(len(run), bool)
             else:
