@@ -506,7 +506,7 @@ class Simulation:
         t = self.table
         if self.arrivals.notify_finishes:
             return None  # closed-loop arrivals depend on finishes: no foresight
-        j = int(np.searchsorted(self._eligible, self.next_rid))
+        j = int(self._eligible.searchsorted(self.next_rid))
         ahead = self.router.turns_until(wid)
         j += ahead if ahead is not None else 0
         return float(t.arrival[self._eligible[j]]) if j < len(self._eligible) else float("inf")

@@ -81,10 +81,10 @@ class Segment:
     def steps_ending_by(self, t: float, strict: bool = False) -> int:
         """How many planned steps have ended by time t (end <= t, or < t if strict)."""
         side = "left" if strict else "right"
-        return min(int(np.searchsorted(self.end[: self.m], t, side=side)), self.m)
+        return min(int(self.end[: self.m].searchsorted(t, side=side)), self.m)
 
     def steps_started_before(self, t: float) -> int:
-        return min(int(np.searchsorted(self.start[: self.m], t, side="left")), self.m)
+        return min(int(self.start[: self.m].searchsorted(t, side="left")), self.m)
 
 
 #: ``simulation.compiled: auto`` compiles only runs at least this long: below it numba's
