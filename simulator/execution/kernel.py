@@ -3,8 +3,10 @@
 Every iteration of every worker goes through ``plan_segment`` and ``commit``: the
 step-by-step path is a segment of one step, the multi-step fast path a segment of many.
 Step 0 takes its shape from the batch scheduler (draft length per row, prefill chunks,
-KV already made to fit); later steps are pure decode with the speculation policy's fixed
-draft length, capped so no row overshoots its requested output. Acceptance draws are keyed
+KV already made to fit); later steps decode with the speculation policy's fixed draft
+length, capped so no row overshoots its requested output, and a prompt still left in
+chunks gets what the decode rows leave of the token budget (``_chunk_steps``; the segment
+then ends where the first such prompt completes). Acceptance draws are keyed
 by (request, target step), so any prefix of a segment equals the same steps run one by one:
 a worker can commit a segment partly (when a router or a client needs its state at time t)
 and plan the rest again.
