@@ -147,8 +147,8 @@ class Kernel:
     def plan(self, shape: StepShape, now: float, steps: int, fixed_k: int | None) -> Segment:
         """Plan up to ``steps`` iterations starting at ``now`` (1 unless ``fixed_k`` is set)."""
         chunking = shape.chunking and steps > 1 and fixed_k is not None
-        if self._jit is not None and self._jit.plans and not chunking:
-            return self._jit.plan(shape, now, steps, fixed_k)
+        if self._jit is not None and self._jit.plans:
+            return self._jit.plan(shape, now, steps, fixed_k, chunking)
         t, rows = self.t, shape.rows
         B = len(rows)
         S = steps if fixed_k is not None and steps > 1 else 1

@@ -336,13 +336,16 @@ def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunk
 def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
           generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale, kv_len,
           blocks, shared, use_shared, kv_total, kv_limit, kv_kept, use_kept,
-          alpha_table, proposes_always, match_rate, widths, use_tree, bs):
+          alpha_table, proposes_always, match_rate, widths, use_tree, bs,
+          chunking, budget, ptarget, hands_off):
     """``Kernel.plan`` up to pricing: the (S, B) arrays and the per-step aggregates, packed
     so that few arrays cross back into Python (each costs a microsecond or so):
     Ia = (k, acc, emit, kv_add, after_rows); Bo = alive (S rows), finishing (S rows),
-    count0, first0; Iv = (during, seqs, spec_free,
+    count0, first0, then (a segment through prefill chunks, ``chunking``) prefilling,
+    first-token and counted (S rows each); Iv = (during, seqs, spec_free,
     spec_alloc); Fa = (tokens, qc, csum, logits, pf_tokens, pf_qc,
-    chunks); ctx (S, B)."""
+    chunks); ctx (S, B). ``chunking``: rows whose prompt goes on after step 0 get
+    ``budget`` less the decode rows' tokens per step, as ``Kernel._chunk_steps``."""
     B = len(rows)
     gen0 = np.empty(B, np.int64)
     left0 = np.empty(B, np.int64)
@@ -355,7 +358,7 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
             lmax = max(lmax, left0[i])
         S = max(min(S, lmax + 1), 1)
     Ia = np.empty((5, S, B), np.int64)
-    Bo = np.empty((2 * S + 2, B), np.bool_)
+    Bo = np.zeros((5 * S + 2, B), np.bool_)
     Iv = np.zeros((4, S), np.int64)
     Fa = np.zeros((7, S))
     k, acc, emit, kv_add, after_rows = Ia[0], Ia[1], Ia[2], Ia[3], Ia[4]
@@ -365,6 +368,13 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
                                                           Fa[5], Fa[6])
     for i in range(B):
         count0[i] = (not pre0[i]) or (done0[i] and gen0[i] > 0)
+    cont = np.zeros(B, np.bool_)  # prompts left in chunks after step 0
+    any_cont = False
+    if chunking and S > 1:
+        for i in range(B):
+            if pre0[i] and not done0[i]:
+                cont[i] = True
+                any_cont = True
     # draft lengths and draws, keyed by (request, target step)
     kfull = np.empty((S, B), np.int64)
     sidx = np.empty((S, B), np.int64)
@@ -379,6 +389,8 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
             if not proposes_always and K > 0:
                 um = _uniform(match_key[rows[i]], sidx[s, i])
                 kfull[s, i] = K if um <= match_rate else 0
+            if cont[i]:
+                kfull[s, i] = 0  # a prefilling row drafts nothing
     kmax = 0
     for s in range(S):
         for i in range(B):
@@ -408,6 +420,8 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
     during_rows = np.empty((S, B), np.int64)
     ctx = np.empty((S, B))
     for i in range(B):
+        if cont[i]:
+            continue  # below, once the decode rows' tokens per step are known
         r = rows[i]
         before = 0  # tokens emitted in earlier steps (uncapped)
         kvb = kv_len[r]  # KV tokens before the step
@@ -461,6 +475,12 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
                 Iv[3, s] += dr - held  # blocks taken for its draft + bonus tokens
             ctx[s, i] = np.float64(kvb) if al else 0.0
             kvb += ka
+    pre = Bo[2 * S + 2:3 * S + 2]
+    last = S - 1
+    if any_cont:
+        last = _chunk_rows(rows, chunk, pre0, done0, S, budget, ptarget, kv_len, blocks,
+                           shared, use_shared, bs, cont, gen0, left0, q, Ia, Bo,
+                           during_rows, ctx)
     ok = np.empty(S, np.bool_)
     kept = 0
     for s in range(S):
@@ -479,7 +499,13 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
             csum[s] += ctx[s, i]
             if q[s, i] > 0:
                 seqs[s] += 1
-            if s == 0 and has_pre and pre0[i]:
+            if any_cont:
+                if pre[s, i]:
+                    pf_tokens[s] += qf
+                    pf_qc[s] += area
+                    if q[s, i] > 0:
+                        chunks[s] += 1.0
+            elif s == 0 and has_pre and pre0[i]:
                 pf_tokens[0] += qf
                 pf_qc[0] += area
                 if q[0, i] > 0:
@@ -495,7 +521,14 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
         kept += fin_held
         ok[s] = good
         logits[s] = tokens[s]
-    if has_pre:
+    if any_cont:  # tokens - prompt tokens + the prompts completing (as Kernel.plan)
+        for s in range(S):
+            nd = 0
+            for i in range(B):
+                if pre[s, i] and emit[s, i] > 0:
+                    nd += 1
+            logits[s] = tokens[s] - pf_tokens[s] + np.float64(nd)
+    elif has_pre:
         nd = 0
         for i in range(B):
             if done0[i] and pre0[i]:
@@ -508,7 +541,121 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
         if not ok[s]:
             m = s
             break
+    if any_cont:
+        m = min(m, last + 1)
+        if hands_off:  # finished rows move on (PD prefill pool)
+            for s in range(m):
+                fin_any = False
+                for i in range(B):
+                    if finishing[s, i]:
+                        fin_any = True
+                if fin_any:
+                    m = s + 1
+                    break
     return S, max(m, 1), Ia, Bo, Iv, ctx, Fa
+
+
+@njit(**_JIT)
+def _chunk_rows(rows, chunk, pre0, done0, S, budget, ptarget, kv_len, blocks, shared,
+                use_shared, bs, cont, gen0, left0, q, Ia, Bo, during_rows, ctx):
+    """``Kernel._chunk_steps`` and the chunking rows' part of ``Kernel.plan``: their chunks
+    from each step's budget less the decode rows' tokens (``q``, already filled), the first
+    such row taking all until its prompt completes in step ``last`` (returned), the others
+    sharing what it leaves there; then their (S, B) entries and the prefilling, first-token
+    and counted masks (Bo rows 2S+2..5S+2) for every row."""
+    B = len(rows)
+    k, acc, emit, kv_add, after_rows = Ia[0], Ia[1], Ia[2], Ia[3], Ia[4]
+    alive, finishing = Bo[:S], Bo[S:2 * S]
+    pre, firsts, counted = Bo[2 * S + 2:3 * S + 2], Bo[3 * S + 2:4 * S + 2], Bo[4 * S + 2:]
+    room = np.zeros(S, np.int64)  # room[s]: budget left to prompts in step s (s >= 1)
+    for s in range(1, S):
+        used = 0
+        for i in range(B):
+            if not cont[i]:
+                used += q[s, i]
+        room[s] = max(budget - used, 0)
+    ch = np.zeros((S, B), np.int64)
+    comp = np.zeros((S, B), np.bool_)
+    first = -1
+    for i in range(B):
+        if cont[i]:
+            first = i
+            break
+    rem = np.zeros(B, np.int64)
+    for i in range(B):
+        if cont[i]:
+            rem[i] = ptarget[rows[i]] - kv_len[rows[i]] - chunk[i]
+    cum = 0
+    last = S - 1
+    done = False
+    for s in range(1, S):
+        if cum + room[s] >= rem[first]:  # the first prompt completes in step s
+            last = s
+            done = True
+            break
+        cum += room[s]
+        ch[s, first] = room[s]
+    if done:
+        rem[first] -= cum
+        ch[last, first] = rem[first]
+        left = room[last] - rem[first]
+        before = 0
+        for i in range(B):
+            if cont[i] and i != first:
+                ch[last, i] = min(max(left - before, 0), rem[i])
+                before += rem[i]
+        for i in range(B):
+            if cont[i]:
+                comp[last, i] = ch[last, i] >= rem[i]
+    for i in range(B):
+        pre[0, i] = pre0[i]
+        comp[0, i] = pre0[i] and done0[i]
+        if cont[i]:
+            for s in range(1, last + 1):
+                pre[s, i] = True
+    for i in range(B):
+        if not cont[i]:
+            continue
+        r = rows[i]
+        sh = shared[r] if use_shared else 0
+        kvb = kv_len[r]
+        held = blocks[r]
+        for s in range(S):
+            if s > last:  # past the segment's end (m <= last + 1): nothing
+                k[s, i] = 0
+                acc[s, i] = 0
+                emit[s, i] = 0
+                q[s, i] = 0
+                kv_add[s, i] = 0
+                alive[s, i] = False
+                finishing[s, i] = False
+                during_rows[s, i] = 0
+                after_rows[s, i] = 0
+                ctx[s, i] = 0.0
+                continue
+            qq = chunk[i] if s == 0 else ch[s, i]
+            em = 1 if comp[s, i] else 0
+            k[s, i] = 0
+            acc[s, i] = 0
+            emit[s, i] = em
+            q[s, i] = qq
+            kv_add[s, i] = qq
+            alive[s, i] = True  # left0 >= 1 and nothing emitted before its completion
+            fin = em == 1 and left0[i] == 1
+            finishing[s, i] = fin
+            need = -(-(kvb - sh + qq) // bs)
+            dr = max(held, need)  # a prefill keeps its reserve through its chunks
+            during_rows[s, i] = dr
+            after_rows[s, i] = 0 if fin else dr
+            held = dr
+            ctx[s, i] = np.float64(kvb)
+            kvb += qq
+    for s in range(S):
+        for i in range(B):
+            done_si = pre[s, i] and comp[s, i]
+            firsts[s, i] = done_si and gen0[i] == 0
+            counted[s, i] = alive[s, i] and ((not pre[s, i]) or (done_si and gen0[i] > 0))
+    return last
 
 
 #: rows of the float pack ``_plan_priced`` returns
@@ -520,14 +667,15 @@ F_DT, F_DRAFT, F_VERIFY, F_FLOPS, F_BYTES, F_DFLOPS, F_DBYTES, F_TOKENS, F_PF, F
 def _plan_priced(rows, k0, chunk, pre0, done0, S, K, has_pre,
                  generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale,
                  kv_len, blocks, shared, use_shared, kv_total, kv_limit, kv_kept, use_kept,
-                 alpha_table, proposes_always, match_rate, widths, use_tree, bs, now,
+                 alpha_table, proposes_always, match_rate, widths, use_tree, bs,
+                 chunking, budget, ptarget, hands_off, now,
                  tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal):
     """``_plan``, priced (``_price``) and timed: (S, m, Ia, Bo, Iv, F) with F's rows F_*."""
     S, m, Ia, Bo, Iv, ctx, Fa = _plan(
         rows, k0, chunk, pre0, done0, S, K, has_pre, generated, output, tsteps, match_key,
         accept_key, cls_idx, alpha_scale, kv_len, blocks, shared, use_shared, kv_total,
         kv_limit, kv_kept, use_kept, alpha_table, proposes_always, match_rate, widths,
-        use_tree, bs)
+        use_tree, bs, chunking, budget, ptarget, hands_off)
     F = np.empty((11, S))
     _price(S, len(rows), Ia[0], ctx, Fa[0], Fa[1], Fa[2], Fa[3], Fa[4], Fa[5], Iv[1], Fa[6],
            tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal, F)
@@ -826,7 +974,7 @@ class Compiled:
                                  bool(ex.drafter.prefills), pass_rows, dk[2])
         return self._pricing
 
-    def plan(self, shape, now: float, steps: int, fixed_k):
+    def plan(self, shape, now: float, steps: int, fixed_k, chunking: bool = False):
         from specsim.simulator.execution.kernel import Segment
 
         kn = self.kernel
@@ -845,7 +993,8 @@ class Compiled:
                 t.kv_len, t.blocks, shared_ro, shared is not None, int(kn.kv_total),
                 int(kn.kv_limit), int(kept) if kept is not None else 0, kept is not None,
                 alpha_table, bool(d.proposes_always), float(d.match_rate), self.widths,
-                self.use_tree, int(kn.bs))
+                self.use_tree, int(kn.bs), bool(chunking), int(shape.budget),
+                t.prefill_target, bool(getattr(t, "hands_off", False)))
         pr = self._price_args()
         if pr:
             S, m, Ia, Bo, Iv, F = _plan_priced(*args, float(now), *pr)
@@ -862,6 +1011,12 @@ class Compiled:
                       emit, kv_add, Bo[2 * S], Bo[:S], Bo[S:2 * S], Iv[0], after_rows, pre0,
                       Bo[2 * S + 1], m, dflops, dbytes, pf_tokens)
         seg.spec_free, seg.spec_alloc = Iv[2], Iv[3]
+        if chunking and Bo[2 * S + 2:3 * S + 2, :].any():  # through prefill chunks
+            seg.pre_steps = Bo[2 * S + 2:3 * S + 2]
+            seg.first_steps = Bo[3 * S + 2:4 * S + 2]
+            seg.counted = Bo[4 * S + 2:]
+            if not seg.pre_steps[1:].any():  # no prompt went on past step 0
+                seg.pre_steps = seg.first_steps = seg.counted = None
         return seg
 
     # ------------------------------------------------------------ commit
