@@ -712,13 +712,15 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
             generated, accepted, bonus, drafted, tsteps, kv_len, blocks, last_delivery,
             first_token, finish,
             overlap, devices, peak_flops, hbm_bw, power_idle, power_max,
-            hist, cls_idx, use_hist):
+            hist, cls_idx, use_hist, buf, row0, record, wid, reason, start):
     """``Kernel.commit`` of steps [a, b) with ``Ledger.add``: updates the table in place and
     returns what the Python side hands on, packed (each array crossing back into Python
     costs a microsecond or so): Fo = (cu (n), mu (n), ledger sums (12), ITL gaps of step a
     (n0), of later steps (n1)); Io = (finished rows (nf), then per step: batch rows, prefill
     rows, drafted tokens, KV blocks after (n each)); n0, n1, nf; KV blocks held before and
-    after; the peak during."""
+    after; the peak during. With ``record``, the iteration log's ITER_COLUMNS of the n
+    steps go into ``buf`` from row ``row0`` (``Metrics.reserve_rows``), as
+    ``Metrics.add_iterations`` would write them."""
     B = len(rows)
     n = b - a
     # inter-token gaps: step a from each row's last delivery, later steps from the step before
@@ -831,6 +833,21 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
         d = dt[s]
         Fo[x] = flops[s] / (d * peak_flops)
         Fo[n + x] = nbytes[s] / (d * hbm_bw)
+        if record:  # collector.ITER_COLUMNS, in order
+            row = buf[row0 + x]
+            row[0] = start[s]
+            row[1] = wid
+            row[2] = n_alive
+            row[3] = n_alive - n_pre
+            row[4] = n_pre
+            row[5] = tokens[s]
+            row[6] = ksum
+            row[7] = draft[s]
+            row[8] = verify[s]
+            row[9] = Fo[x]
+            row[10] = Fo[n + x]
+            row[11] = asum
+            row[12] = reason
         phase = 0.0 if overlap else draft[s]
         rest = _maximum(d - phase, 0.0)
         e_draft[x] = devices * phase * (
@@ -1033,6 +1050,7 @@ class Compiled:
         kn = self.kernel
         t, rows = kn.t, seg.rows
         hist = kn.accept_hist
+        buf, row0 = metrics.reserve_rows(n) if record else (_NO_BUF, 0)
         Fo, Io, n0, n1, nf, held_before, held_after, peak = _commit(
             a, b, np.asarray(rows, np.int64), seg.emit, seg.acc, seg.k, seg.alive, seg.kv_add,
             seg.finishing, seg.after_rows, seg.during, seg.end, seg.dt, seg.draft, seg.verify,
@@ -1043,7 +1061,8 @@ class Compiled:
             bool(kn.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
             float(ledger.hbm_bw), float(ledger.power_idle), float(ledger.power_max),
             hist if hist is not None else _NO_HIST, self._read(t, kn.shared)[3],
-            hist is not None)
+            hist is not None, buf, int(row0), bool(record), int(wid), int(seg.reason),
+            seg.start)
         g = 2 * n + 12
         metrics.add_itl(Fo[g:g + n0])
         if n > 1:
@@ -1067,17 +1086,13 @@ class Compiled:
                 kn.reason_changes += 1
             kn.last_reason = seg.reason
         kn.reason_iterations[seg.reason] = kn.reason_iterations.get(seg.reason, 0) + n
-        if record:
-            n_alive = Io[nf:nf + n]
-            n_pre = Io[nf + n:nf + 2 * n]
-            metrics.add_iterations(n, seg.start[a:b], wid, n_alive, n_alive - n_pre, n_pre,
-                                   seg.tokens[a:b], Io[nf + 2 * n:nf + 3 * n], seg.draft[a:b],
-                                   seg.verify[a:b], Fo[:n], Fo[n:2 * n], Io[nf + 3 * n:],
-                                   seg.reason)
+        if record:  # _commit wrote the rows in place
+            metrics.rows_added(n)
         return Io[:nf]
 
 
 _NO_HIST = np.zeros((1, 1), np.int64)
+_NO_BUF = np.zeros((1, 13))  # unrecorded: the iteration rows' stand-in (same type)
 
 
 def _verify_width():

@@ -130,14 +130,24 @@ class Metrics:
 
     def add_iterations(self, m: int, *cols) -> None:
         """``m`` rows at once (scalars broadcast): a committed stretch of a segment."""
+        buf, n0 = self.reserve_rows(m)
+        block = buf[n0:n0 + m]
+        for i, c in enumerate(cols):
+            block[:, i] = c
+        self.rows_added(m)
+
+    def reserve_rows(self, m: int) -> tuple[np.ndarray, int]:
+        """Room for ``m`` rows: (the buffer, the first new row's index), for a writer of the
+        ITER_COLUMNS in place (``add_iterations``, the compiled commit); ``rows_added(m)``
+        then counts them in."""
         if self._log is not None and self._n and self._n + m > self._chunk:
             self._flush()  # before adding: fill_extra may still write the rows added now
         self._reserve(m)
-        block = self._buf[self._n:self._n + m]
-        for i, c in enumerate(cols):
-            block[:, i] = c
+        return self._buf, self._n
+
+    def rows_added(self, m: int) -> None:
         if self.extra:
-            block[:, len(ITER_COLUMNS):] = 0.0
+            self._buf[self._n:self._n + m, len(ITER_COLUMNS):] = 0.0
         self._n += m
 
     def fill_extra(self, m: int, *cols) -> None:
