@@ -139,9 +139,6 @@ class Worker:
         self.multi_step = (multi_step and policy.fixed_k is not None
                            and not getattr(drafter, "state_dependent_match", False))
         self.record = record_iterations
-        # segments through prefill chunks (Kernel.plan): not with a prefix cache (its
-        # inserts follow step 0's prefills) or drafters per class (rows bound per plan)
-        self.chunk_segments = not hasattr(kv, "admit") and not hasattr(drafter, "bind")
         self.on_finish = on_finish
         self.arrival_hint = arrival_hint  # when a request may next arrive here (speed only)
         self._last_dt = 0.0
@@ -158,6 +155,9 @@ class Worker:
         self.spec_columns = tuple(metrics.extra[-len(SPEC_ITER_COLUMNS):]) == SPEC_ITER_COLUMNS
         # a KV pool with a prefix cache / tiers / swap (simulator/kv/prefix_cache.py)
         self.cache = kv if hasattr(kv, "admit") else None
+        # segments through prefill chunks (Kernel.plan): not with a prefix cache (its
+        # inserts follow step 0's prefills) or drafters per class (rows bound per plan)
+        self.chunk_segments = self.cache is None and not hasattr(drafter, "bind")
         self.preempt_kinds = {"recompute": 0, "swap": 0}
         self._seg_xfer = 0.0  # transfer time charged to step 0 of the current segment
         self.seg: Segment | None = None

@@ -716,8 +716,7 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
     """``Kernel.commit`` of steps [a, b) with ``Ledger.add``: updates the table in place and
     returns what the Python side hands on, packed (each array crossing back into Python
     costs a microsecond or so): Fo = (cu (n), mu (n), ledger sums (12), ITL gaps of step a
-    (n0), of later steps (n1)); Io = (finished rows (nf), then per step: batch rows, prefill
-    rows, drafted tokens, KV blocks after (n each)); n0, n1, nf; KV blocks held before and
+    (n0), of later steps (n1)); Io = the finished rows (nf); n0, n1, nf; KV blocks held before and
     after; the peak during. With ``record``, the iteration log's ITER_COLUMNS of the n
     steps go into ``buf`` from row ``row0`` (``Metrics.reserve_rows``), as
     ``Metrics.add_iterations`` would write them."""
@@ -790,7 +789,7 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
             if finishing[s, i]:
                 nf += 1
                 break
-    Io = np.zeros(nf + 4 * n, np.int64)
+    Io = np.zeros(nf, np.int64)
     j = 0
     for i in range(B):
         for s in range(a, b):
@@ -826,10 +825,6 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
                 n_pre += 1
             if use_hist and k[s, i] > 0:  # accepted lengths per class
                 hist[cls_idx[rows[i]], acc[s, i]] += 1
-        Io[nf + x] = n_alive
-        Io[nf + n + x] = n_pre
-        Io[nf + 2 * n + x] = ksum
-        Io[nf + 3 * n + x] = asum
         d = dt[s]
         Fo[x] = flops[s] / (d * peak_flops)
         Fo[n + x] = nbytes[s] / (d * hbm_bw)
@@ -1028,12 +1023,10 @@ class Compiled:
                       emit, kv_add, Bo[2 * S], Bo[:S], Bo[S:2 * S], Iv[0], after_rows, pre0,
                       Bo[2 * S + 1], m, dflops, dbytes, pf_tokens)
         seg.spec_free, seg.spec_alloc = Iv[2], Iv[3]
-        if chunking and Bo[2 * S + 2:3 * S + 2, :].any():  # through prefill chunks
-            seg.pre_steps = Bo[2 * S + 2:3 * S + 2]
-            seg.first_steps = Bo[3 * S + 2:4 * S + 2]
-            seg.counted = Bo[4 * S + 2:]
-            if not seg.pre_steps[1:].any():  # no prompt went on past step 0
-                seg.pre_steps = seg.first_steps = seg.counted = None
+        pre = Bo[2 * S + 2:3 * S + 2]
+        if chunking and pre[1:].any():  # a prompt went on in chunks past step 0
+            seg.pre_steps, seg.first_steps, seg.counted = (pre, Bo[3 * S + 2:4 * S + 2],
+                                                           Bo[4 * S + 2:])
         return seg
 
     # ------------------------------------------------------------ commit
@@ -1088,7 +1081,7 @@ class Compiled:
         kn.reason_iterations[seg.reason] = kn.reason_iterations.get(seg.reason, 0) + n
         if record:  # _commit wrote the rows in place
             metrics.rows_added(n)
-        return Io[:nf]
+        return Io
 
 
 _NO_HIST = np.zeros((1, 1), np.int64)
