@@ -91,6 +91,14 @@ VARIANTS = {
     "suffix": _sc(method="suffix", drafter=None),
     "no_speculation": _sc(method="none", drafter=None, acceptance=None),
     "adaptive": _sc(policy="feedback"),
+    # step 0 shaped by the compiled scheduler (Compiled.fused): whole prompts only, and a
+    # budget the drafts must shrink to fit (chain and tree)
+    "no_chunked_prefill": {**_sc(), "scheduler": {"max_batch": 48, "token_budget": 2048,
+                                                  "chunked_prefill": False}},
+    "shrink_to_budget": {**_sc(k=10), "scheduler": {"max_batch": 48, "token_budget": 96}},
+    "tree_shrink_to_budget": {**_sc(method="eagle3", drafter=None, k=4,
+                                    tree={"widths": [4, 2, 2, 1]}),
+                              "scheduler": {"max_batch": 48, "token_budget": 64}},
 }
 
 
@@ -134,6 +142,36 @@ def test_compiled_and_pure_kernels_agree_step_by_step_and_under_kv_pressure():
         if fast:
             assert pure.metrics["preemptions"] > 0, "meant to exercise preemption"
         _same(pure, compiled)
+
+
+def test_the_fused_shape_and_plan_is_used_and_falls_back_when_kv_is_short(monkeypatch):
+    """The compiled scheduler + kernel call (``Compiled.fused``) plans the segments of a
+    static-k fcfs worker, and hands a step whose KV growth does not fit to the Python
+    scheduler (which preempts); agreement with the pure kernel is tested above."""
+    _numba()
+    from specsim.simulator.execution import kernel_jit
+
+    calls = {"fused": 0, "short": 0}
+    real = kernel_jit._shape_plan_priced
+
+    def counting(*args):
+        out = real(*args)
+        calls["fused" if out[0] else "short"] += 1
+        return out
+
+    monkeypatch.setattr(kernel_jit, "_shape_plan_priced", counting)
+    trace = make_trace(200, rate=60.0, prompt=(50, 3000), output=(1, 900), seed=3)
+    sc = {**_sc(), "hardware": {"accelerator": "H100-SXM", "count": 1,
+                                "memory_fraction": 0.235},
+          "scheduler": {"max_batch": 64, "token_budget": 2048}}
+    res = run_scenario(sc, trace=trace, overrides={"simulation.compiled": True,
+                                                   "simulation.progress": False})
+    assert res.metrics["preemptions"] > 0
+    assert calls["short"] > 0 and calls["fused"] > 10 * calls["short"]
+    calls.update(fused=0, short=0)  # an adaptive policy is not static: the Python path
+    run_scenario(_sc(policy="feedback"), trace=trace,
+                 overrides={"simulation.compiled": True, "simulation.progress": False})
+    assert calls == {"fused": 0, "short": 0}
 
 
 def test_compiled_true_without_numba_is_a_one_line_error_and_auto_falls_back(monkeypatch):

@@ -164,6 +164,10 @@ class Worker:
         self._through = False  # the current segment runs through arrivals (blocked queue)
         self._wake = None  # an idle worker waits on this
         self._planned_steps = 16  # adaptive segment length (speed only, never results)
+        # the scheduler's step 0 and the kernel's plan as one compiled call, where that
+        # gives the same bits (Compiled.fused says where); None: the Python path
+        jit = getattr(kernel, "_jit", None)
+        self._fused = jit.fused(self) if jit is not None else None
         self.process = env.process(self.loop())
 
     # ------------------------------------------------------------------ what others see
@@ -223,21 +227,25 @@ class Worker:
                 yield self._wake
                 self._wake = None
                 continue
-            shape = self.scheduler.shape(self, self.policy, self.drafter)
-            steps = 1
-            # a queue that cannot join before a finish (a full batch) does not stop a
-            # segment: it runs through arrivals up to its first finish (exact)
-            through = False
-            if self.multi_step and (shape.uniform or (shape.chunking and self.chunk_segments)):
-                if not self.waiting:
-                    steps = self._segment_length()
-                elif self.scheduler.blocked(self):
-                    steps, through = self._planned_steps, True
-            if self.cache is not None:  # what steps 1.. may hold: their evictions succeed
-                self.kernel.kv_limit, self.kernel.kv_limit_kept = self.cache.segment_limits()
-            seg = self.kernel.plan(shape, env.now, steps, self.policy.fixed_k)
-            if self.cache is not None:
-                self._charge_transfer(seg)
+            seg = None
+            if self._fused is not None:  # shape + plan compiled as one call
+                steps, through = self._ahead()
+                fused = self._fused(env.now, steps)
+                if fused is not None:  # (else KV is short: the scheduler preempts below)
+                    seg, multi = fused
+                    through = through and multi
+            if seg is None:
+                shape = self.scheduler.shape(self, self.policy, self.drafter)
+                steps, through = 1, False
+                if self.multi_step and (shape.uniform
+                                        or (shape.chunking and self.chunk_segments)):
+                    steps, through = self._ahead()
+                if self.cache is not None:  # what steps 1.. may hold: their evictions succeed
+                    self.kernel.kv_limit, self.kernel.kv_limit_kept = (
+                        self.cache.segment_limits())
+                seg = self.kernel.plan(shape, env.now, steps, self.policy.fixed_k)
+                if self.cache is not None:
+                    self._charge_transfer(seg)
             seg.reason = self.metrics.reason_code(self.policy.reason)
             if through:  # after the first finish a queued request may join
                 fin = np.flatnonzero(seg.finishing[:seg.m].any(axis=1))
@@ -268,6 +276,18 @@ class Worker:
             self.seg = None
             self._last_dt = float(seg.dt[seg.m - 1])
             self._planned_steps = min(max(2 * seg.m, 2), self.MAX_STEPS)
+
+    def _ahead(self) -> tuple[int, bool]:
+        """Steps to plan where step 0 allows many, and whether they run through arrivals:
+        a queue that cannot join before a finish (a full batch) does not stop a segment, it
+        runs up to its first finish (exact)."""
+        if not self.multi_step:
+            return 1, False
+        if not self.waiting:
+            return self._segment_length(), False
+        if self.scheduler.blocked(self):
+            return self._planned_steps, True
+        return 1, False
 
     def _segment_length(self) -> int:
         """Steps to plan: until the next arrival the router foresees for this worker, else

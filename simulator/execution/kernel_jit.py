@@ -695,6 +695,117 @@ def _times(now, dt, start, end):
         start[s] = end[s] - dt[s]
 
 
+# ------------------------------------------------------------------ shaping step 0
+
+
+@njit(**_JIT)
+def _width(k, widths, use_tree):
+    """``Drafter.verify_width`` of one draft length."""
+    return widths[min(k, len(widths) - 1)] if use_tree else k + 1
+
+
+@njit(**_JIT)
+def _shape(run, kv_len, ptarget, output, generated, tsteps, match_key, blocks, K,
+           proposes_always, match_rate, widths, use_tree, budget, chunked, kv_free, bs):
+    """``FcfsScheduler.shape`` with a static k, a drafter whose match chance is constant
+    and no prefix cache (the reference; the same integer rules): (fits, k, chunk,
+    prefilling, completes, uniform, chunking). ``fits`` False: this step's KV growth needs
+    more blocks than are free, and the Python scheduler must preempt first."""
+    B = len(run)
+    k0 = np.zeros(B, np.int64)
+    chunk = np.zeros(B, np.int64)
+    pre0 = np.zeros(B, np.bool_)
+    done0 = np.zeros(B, np.bool_)
+    ndec = 0
+    dec_tokens = 0
+    for i in range(B):  # decode rows: k capped so no step overshoots; the lookup's draw
+        r = run[i]
+        if kv_len[r] >= ptarget[r]:
+            ndec += 1
+            kk = min(K, max(output[r] - generated[r] - 1, 0))
+            if not proposes_always and not _uniform(match_key[r], tsteps[r]) <= match_rate:
+                kk = 0
+            k0[i] = kk
+            dec_tokens += _width(kk, widths, use_tree)
+        else:
+            pre0[i] = True
+    shrunk = False
+    if dec_tokens > budget and ndec > 0:  # shrink drafts to fit the budget
+        w = budget // ndec
+        if use_tree:
+            cap = 0
+            for j in range(len(widths)):
+                if widths[j] <= w:
+                    cap += 1
+            cap = max(cap - 1, 0)
+        else:
+            cap = max(w - 1, 0)
+        dec_tokens = 0
+        for i in range(B):
+            if not pre0[i]:
+                k0[i] = min(k0[i], cap)
+                dec_tokens += _width(k0[i], widths, use_tree)
+        shrunk = True
+    room = max(budget - dec_tokens, 0)
+    cum = 0  # prompt tokens of earlier prefill rows (admission order)
+    first = True
+    all_complete = True
+    for i in range(B):
+        if pre0[i]:
+            r = run[i]
+            rem = ptarget[r] - kv_len[r]
+            if chunked:
+                c = min(max(room - cum, 0), rem)
+            else:
+                c = rem if cum + rem <= room or (first and ndec == 0) else 0
+            chunk[i] = c
+            done0[i] = c >= rem
+            all_complete = all_complete and done0[i]
+            cum += rem
+            first = False
+    grow = 0  # KV growth for this step's writes
+    for i in range(B):
+        if not pre0[i]:
+            r = run[i]
+            grow += max(-(-(kv_len[r] + _width(k0[i], widths, use_tree)) // bs) - blocks[r], 0)
+    fixed = not shrunk and B * _width(K, widths, use_tree) <= budget
+    return (grow <= kv_free, k0, chunk, pre0, done0, fixed and all_complete,
+            fixed and not all_complete and chunked)
+
+
+@njit(**_JIT)
+def _shape_plan_priced(run, S, chunk_ok, kv_free, now, K, budget, chunked,
+                       generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale,
+                       kv_len, blocks, shared, use_shared, kv_total, kv_limit, kv_kept,
+                       use_kept, alpha_table, proposes_always, match_rate, widths, use_tree,
+                       bs, ptarget, hands_off,
+                       tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal):
+    """``_shape`` then ``_plan_priced`` in one call (the worker's loop, as
+    ``Worker.loop`` runs it with the Python scheduler): S steps where step 0 is uniform
+    (or chunking, with ``chunk_ok``), else one. Returns (fits, multi, pre0, chunking,
+    S, m, Ia, Bo, Iv, F); with fits False the rest is empty."""
+    fits, k0, chunk, pre0, done0, uniform, chunking = _shape(
+        run, kv_len, ptarget, output, generated, tsteps, match_key, blocks, K,
+        proposes_always, match_rate, widths, use_tree, budget, chunked, kv_free, bs)
+    if not fits:
+        return (False, False, pre0, False, 0, 0, np.empty((5, 0, 0), np.int64),
+                np.empty((0, 0), np.bool_), np.empty((4, 0), np.int64), np.empty((11, 0)))
+    multi = uniform or (chunking and chunk_ok)
+    if not multi:
+        S = 1
+    chunking = chunking and S > 1
+    has_pre = False
+    for i in range(len(run)):
+        has_pre = has_pre or pre0[i]
+    S, m, Ia, Bo, Iv, F = _plan_priced(
+        run, k0, chunk, pre0, done0, S, K, has_pre, generated, output, tsteps, match_key,
+        accept_key, cls_idx, alpha_scale, kv_len, blocks, shared, use_shared, kv_total,
+        kv_limit, kv_kept, use_kept, alpha_table, proposes_always, match_rate, widths,
+        use_tree, bs, chunking, budget, ptarget, hands_off, now,
+        tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal)
+    return True, multi, pre0, chunking, S, m, Ia, Bo, Iv, F
+
+
 # ------------------------------------------------------------------ committing
 
 
@@ -1018,16 +1129,58 @@ class Compiled:
                 Ia[0], ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, Iv[1], chunks)
             start, end = np.empty(S), np.empty(S)
             _times(float(now), np.asarray(dt, np.float64), start, end)
-        k, acc, emit, kv_add, after_rows = Ia
-        seg = Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc,
-                      emit, kv_add, Bo[2 * S], Bo[:S], Bo[S:2 * S], Iv[0], after_rows, pre0,
-                      Bo[2 * S + 1], m, dflops, dbytes, pf_tokens)
-        seg.spec_free, seg.spec_alloc = Iv[2], Iv[3]
-        pre = Bo[2 * S + 2:3 * S + 2]
-        if chunking and pre[1:].any():  # a prompt went on in chunks past step 0
-            seg.pre_steps, seg.first_steps, seg.counted = (pre, Bo[3 * S + 2:4 * S + 2],
-                                                           Bo[4 * S + 2:])
-        return seg
+        return _segment(Segment, rows, pre0, chunking, S, m, Ia, Bo, Iv, dt, draft, verify,
+                        flops, nbytes, dflops, dbytes, tokens, pf_tokens, start, end)
+
+    def fused(self, worker):
+        """The worker's shape + plan as one compiled call (``_shape_plan_priced``), or None
+        where that is not the same as its Python scheduler and kernel: a batch scheduler
+        other than fcfs, a prefix cache, a policy other than static k, a drafter whose match
+        chance or widths are its own, or pricing the compiled kernel does not do. The call
+        returns ``(segment, multi)``, or None when the step's KV growth does not fit (the
+        Python scheduler then preempts)."""
+        from specsim.simulator.kv.blocks import BlockAllocator
+        from specsim.simulator.scheduling.batching import FcfsScheduler
+        from specsim.simulator.speculation.drafters import Drafter
+        from specsim.simulator.speculation.policies import StaticK
+
+        kn, d, policy, sch = self.kernel, self.kernel.drafter, worker.policy, worker.scheduler
+        if not (self.plans and self._price_args() and type(sch) is FcfsScheduler
+                and type(worker.kv) is BlockAllocator and worker.cache is None
+                and kn.shared is None and isinstance(policy, StaticK)
+                and type(policy).choose is StaticK.choose and policy.fixed_k is not None
+                and _same(d, Drafter, "match_probability", "verify_width", "k_for_width")
+                and not hasattr(d, "k_cap") and not hasattr(d, "bind")
+                and not getattr(d, "state_dependent_match", False)):
+            return None
+        from specsim.simulator.execution.kernel import Segment
+
+        t, kv = kn.t, worker.kv
+        static = None
+        src = None
+
+        def plan(now: float, steps: int):
+            nonlocal static, src
+            if src is None or any(map(operator.is_not, (t.output, t.match_key, t.accept_key,
+                                                         t.cls_idx, t.alpha_scale), src)):
+                src = (t.output, t.match_key, t.accept_key, t.cls_idx, t.alpha_scale)
+                output, match_key, accept_key, cls_idx, alpha_scale, _, alpha_table = (
+                    self._read(t, None))
+                static = (int(policy.fixed_k), int(sch.token_budget),
+                          bool(sch.chunked_prefill), t.generated, output, t.steps, match_key,
+                          accept_key, cls_idx, alpha_scale, t.kv_len, t.blocks, _EMPTY_I,
+                          False, int(kn.kv_total), int(kn.kv_total), 0, False, alpha_table,
+                          bool(d.proposes_always), float(d.match_rate), self.widths,
+                          self.use_tree, int(kn.bs), t.prefill_target,
+                          bool(getattr(t, "hands_off", False)), *self._price_args())
+            rows = worker.run
+            fits, multi, pre0, chunking, S, m, Ia, Bo, Iv, F = _shape_plan_priced(
+                rows, steps, worker.chunk_segments, kv.total - kv.used, float(now), *static)
+            if not fits:
+                return None
+            return _segment(Segment, rows, pre0, chunking, S, m, Ia, Bo, Iv, *F), multi
+
+        return plan
 
     # ------------------------------------------------------------ commit
     def commits(self, ledger) -> bool:
@@ -1082,6 +1235,22 @@ class Compiled:
         if record:  # _commit wrote the rows in place
             metrics.rows_added(n)
         return Io
+
+
+def _segment(Segment, rows, pre0, chunking, S, m, Ia, Bo, Iv, dt, draft, verify, flops,
+             nbytes, dflops, dbytes, tokens, pf_tokens, start, end):
+    """The Segment of a compiled plan (its packed arrays unpacked, views not copies)."""
+    k, acc, emit, kv_add, after_rows = Ia
+    seg = Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc,
+                  emit, kv_add, Bo[2 * S], Bo[:S], Bo[S:2 * S], Iv[0], after_rows, pre0,
+                  Bo[2 * S + 1], m, dflops, dbytes, pf_tokens)
+    seg.spec_free, seg.spec_alloc = Iv[2], Iv[3]
+    if chunking:
+        pre = Bo[2 * S + 2:3 * S + 2]
+        if pre[1:].any():  # a prompt went on in chunks past step 0
+            seg.pre_steps, seg.first_steps, seg.counted = (pre, Bo[3 * S + 2:4 * S + 2],
+                                                           Bo[4 * S + 2:])
+    return seg
 
 
 _NO_HIST = np.zeros((1, 1), np.int64)
