@@ -151,6 +151,7 @@ class Worker:
         self.preemptions = 0
         self.spec_blocks_taken = 0  # KV blocks drafting rows took for draft + bonus tokens
         self.spec_blocks_freed = 0  # of them, those of rejected drafts, returned after steps
+        self.drafts = self.policy.fixed_k != 0  # (k 0 always: no row drafts, both stay 0)
         # the iteration log has the speculative KV columns (a scenario that drafts)
         self.spec_columns = tuple(metrics.extra[-len(SPEC_ITER_COLUMNS):]) == SPEC_ITER_COLUMNS
         # a KV pool with a prefix cache / tiers / swap (simulator/kv/prefix_cache.py)
@@ -321,7 +322,7 @@ class Worker:
         first = seg.done
         finished = self.kernel.commit(seg, upto, self.kv, self.ledger, self.metrics, self.wid,
                                       self.record)
-        if seg.spec_free is not None:
+        if seg.spec_free is not None and self.drafts:
             self.spec_blocks_freed += int(seg.spec_free[first:upto].sum())
             self.spec_blocks_taken += int(seg.spec_alloc[first:upto].sum())
         extra = []  # the iteration log's columns after ITER_COLUMNS, in Metrics.extra order

@@ -35,6 +35,38 @@ from specsim.simulator.execution.executor import Executor
 
 _JIT = {"cache": True, "error_model": "numpy", "nogil": True}
 
+
+def _skip_blas_probe() -> None:
+    """Import ``numba.np.arraymath`` (numba's first dispatch does) without its BLAS probe
+    importing ``scipy.linalg`` (~0.2 s a run): the probe only decides how ``np.dot`` and
+    the like compile, which this kernel does not use; it is answered from ``find_spec``
+    instead, and numba's own ``ensure_blas`` is put back for anything compiled later."""
+    import importlib.util
+    import sys
+
+    if "numba.np.arraymath" in sys.modules:
+        return
+    try:
+        import numba.np.linalg as linalg
+    except ImportError:
+        return
+    probe = getattr(linalg, "ensure_blas", None)
+    if probe is None:
+        return
+
+    def ensure_blas() -> None:
+        if importlib.util.find_spec("scipy") is None:
+            raise ImportError("scipy 0.16+ is required for linear algebra")
+
+    linalg.ensure_blas = ensure_blas
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        linalg.ensure_blas = probe
+
+
+_skip_blas_probe()
+
 # ------------------------------------------------------------------ numpy's reductions
 
 
@@ -1064,6 +1096,7 @@ class Compiled:
         self.widths = _frozen(tree.widths, np.int64) if tree is not None else _EMPTY_I
         self.use_tree = tree is not None
         self._ledger_cls = None
+        self._commit_static = None  # (ledger, cls_idx, the commit's unchanging arguments)
         self._src = None  # the columns the plan only reads, and their read-only views
         self._ro = ()
 
@@ -1197,18 +1230,23 @@ class Compiled:
         t, rows = kn.t, seg.rows
         hist = kn.accept_hist
         buf, row0 = metrics.reserve_rows(n) if record else (_NO_BUF, 0)
+        cls_idx = self._read(t, kn.shared)[3]
+        static = self._commit_static
+        if static is None or static[0] is not ledger or static[1] is not cls_idx:
+            # what stays the same from one commit to the next: the table's columns, the
+            # ledger's constants, the histogram
+            static = self._commit_static = (ledger, cls_idx, (
+                t.generated, t.accepted, t.bonus, t.drafted, t.steps, t.kv_len, t.blocks,
+                t.last_delivery, t.first_token, t.finish,
+                bool(kn.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
+                float(ledger.hbm_bw), float(ledger.power_idle), float(ledger.power_max),
+                hist if hist is not None else _NO_HIST, cls_idx, hist is not None))
         Fo, Io, n0, n1, nf, held_before, held_after, peak = _commit(
             a, b, np.asarray(rows, np.int64), seg.emit, seg.acc, seg.k, seg.alive, seg.kv_add,
             seg.finishing, seg.after_rows, seg.during, seg.end, seg.dt, seg.draft, seg.verify,
             seg.flops, seg.nbytes, seg.dflops, seg.dbytes, seg.pf_tokens, seg.tokens,
-            seg.first0, seg.count0, seg.prefill0,
-            t.generated, t.accepted, t.bonus, t.drafted, t.steps, t.kv_len, t.blocks,
-            t.last_delivery, t.first_token, t.finish,
-            bool(kn.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
-            float(ledger.hbm_bw), float(ledger.power_idle), float(ledger.power_max),
-            hist if hist is not None else _NO_HIST, self._read(t, kn.shared)[3],
-            hist is not None, buf, int(row0), bool(record), int(wid), int(seg.reason),
-            seg.start)
+            seg.first0, seg.count0, seg.prefill0, *static[2], buf, row0, record, wid,
+            seg.reason, seg.start)
         g = 2 * n + 12
         metrics.add_itl(Fo[g:g + n0])
         if n > 1:
