@@ -158,14 +158,15 @@ class Metrics:
 
     def iterations_frame(self) -> pd.DataFrame:
         data = self._buf[: self._n]
-        names = ITER_COLUMNS + self.extra
-        df = pd.DataFrame({name: data[:, i].copy() for i, name in enumerate(names)})
-        for c in ("worker", "batch_size", "decode_seqs", "prefill_seqs", "drafted_tokens",
-                  "kv_blocks_used", *(c for c in self.extra if c.endswith("_blocks"))):
-            df[c] = df[c].astype(np.int64)
-        names = np.array(list(self.reasons) or [""], dtype=object)
-        df["policy_reason"] = names[df["policy_reason"].to_numpy().astype(np.int64)]
-        return df
+        ints = {"worker", "batch_size", "decode_seqs", "prefill_seqs", "drafted_tokens",
+                "kv_blocks_used", *(c for c in self.extra if c.endswith("_blocks"))}
+        reasons = np.array(list(self.reasons) or [""], dtype=object)
+        cols = {}
+        for i, name in enumerate(ITER_COLUMNS + self.extra):  # one copy each, final dtype
+            col = data[:, i]
+            cols[name] = (reasons[col.astype(np.int64)] if name == "policy_reason"
+                          else col.astype(np.int64) if name in ints else col.copy())
+        return pd.DataFrame(cols)
 
 
 def dist(values: np.ndarray) -> dict[str, float]:
