@@ -1095,7 +1095,7 @@ class Compiled:
         tree = getattr(d, "tree", None)
         self.widths = _frozen(tree.widths, np.int64) if tree is not None else _EMPTY_I
         self.use_tree = tree is not None
-        self._ledger_cls = None
+        self._ledger_cls = None  # (the ledger last asked about, whether it commits here)
         self._commit_static = None  # (ledger, cls_idx, the commit's unchanging arguments)
         self._src = None  # the columns the plan only reads, and their read-only views
         self._ro = ()
@@ -1217,11 +1217,15 @@ class Compiled:
 
     # ------------------------------------------------------------ commit
     def commits(self, ledger) -> bool:
-        if self._ledger_cls is None:
-            from specsim.simulator.cluster.worker import Ledger
+        """The ledger is a plain ``Ledger`` (its accumulation is repeated here); asked at
+        every commit, answered once per ledger."""
+        if self._ledger_cls is not None and self._ledger_cls[0] is ledger:
+            return self._ledger_cls[1]
+        from specsim.simulator.cluster.worker import Ledger
 
-            self._ledger_cls = Ledger
-        return type(ledger) is self._ledger_cls and _same(ledger, self._ledger_cls, "add")
+        ok = type(ledger) is Ledger and _same(ledger, Ledger, "add")
+        self._ledger_cls = (ledger, ok)
+        return ok
 
     def commit(self, seg, upto: int, kv, ledger, metrics, wid: int, record: bool):
         a, b = seg.done, upto
