@@ -110,12 +110,42 @@ def test_chunked_segments_cut_the_plans(monkeypatch):
     assert len(plans) <= 40 * 3
 
 
-def test_compiled_runs_plan_chunked_segments_and_agree_with_pure():
+@pytest.mark.parametrize("case", ["draft_model", "ngram", "off", "kv_pressure"])
+def test_compiled_runs_plan_and_commit_chunked_segments_and_agree_with_pure(case,
+                                                                           monkeypatch):
+    """The compiled kernel plans and commits segments through chunks (first tokens in
+    later steps, recomputed prompts' gaps from their last delivery, partial commits when an
+    arrival cuts a segment): the same bits as the numpy kernel."""
     pytest.importorskip("numba")
+    from specsim.simulator.execution import kernel_jit
+
+    spec = {"ngram": {"method": "ngram", "drafter": None, "ngram": {"match_rate": 0.5}},
+            "off": {"method": "none", "drafter": None}}.get(case, {})
+    sc = scenario(**spec)
+    # two workers and a router that reads load: each arrival syncs both, so segments are
+    # committed in parts
+    sc["hardware"]["count"] = 2
+    sc["router"] = {"policy": "least_loaded"}
     tr = make_trace(150, rate=6.0, prompt=(50, 1500), output=(1, 300), seed=2)
-    pure = run_scenario(scenario(), trace=tr)
-    compiled = run_scenario(scenario(), trace=tr, overrides={"simulation.compiled": True})
+    if case == "kv_pressure":
+        sc["hardware"]["memory_fraction"] = 0.235
+        sc["scheduler"]["max_batch"] = 32
+        tr = make_trace(200, rate=30.0, prompt=(200, 2500), output=(50, 700), seed=4)
+    chunked_commits = []
+    real = kernel_jit._commit
+
+    def spy(*args):
+        if args[-4]:  # chunked
+            chunked_commits.append(args[0])  # the first step committed
+        return real(*args)
+
+    pure = run_scenario(sc, trace=tr)
+    monkeypatch.setattr(kernel_jit, "_commit", spy)
+    compiled = run_scenario(sc, trace=tr, overrides={"simulation.compiled": True})
     assert pure.metrics["iterations"] > 150
+    assert len(chunked_commits) >= 5 and max(chunked_commits) > 0, "no compiled chunked commit"
+    if case == "kv_pressure":
+        assert pure.metrics["preemptions"] > 0
     same_bits(pure, compiled)
 
 

@@ -361,10 +361,10 @@ class Kernel:
         a, b = seg.done, upto
         if b <= a:
             return seg.rows[:0]
-        pre = seg.pre_steps  # a segment through prefill chunks: committed here (first
-        # tokens and gaps fall in later steps), whichever kernel planned it
-        if self._jit is not None and pre is None and self._jit.commits(ledger):
+        if self._jit is not None and self._jit.commits(ledger):
             return self._jit.commit(seg, upto, kv, ledger, metrics, wid, record)
+        pre = seg.pre_steps  # a segment through prefill chunks (first tokens and gaps may
+        # fall in later steps)
         t, rows = self.t, seg.rows
         sl = slice(a, b)
         emit, alive, end = seg.emit[sl], seg.alive[sl], seg.end[sl]

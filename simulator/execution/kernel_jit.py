@@ -855,38 +855,54 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
             generated, accepted, bonus, drafted, tsteps, kv_len, blocks, last_delivery,
             first_token, finish,
             overlap, devices, peak_flops, hbm_bw, power_idle, power_max,
-            hist, cls_idx, use_hist, buf, row0, record, wid, reason, start):
+            hist, cls_idx, use_hist, buf, row0, record, wid, reason, start,
+            chunked, pre, firsts, counted):
     """``Kernel.commit`` of steps [a, b) with ``Ledger.add``: updates the table in place and
     returns what the Python side hands on, packed (each array crossing back into Python
-    costs a microsecond or so): Fo = (cu (n), mu (n), ledger sums (12), ITL gaps of step a
-    (n0), of later steps (n1)); Io = the finished rows (nf); n0, n1, nf; KV blocks held before and
-    after; the peak during. With ``record``, the iteration log's ITER_COLUMNS of the n
-    steps go into ``buf`` from row ``row0`` (``Metrics.reserve_rows``), as
-    ``Metrics.add_iterations`` would write them."""
+    costs a microsecond or so): Fo = (cu (n), mu (n), ledger sums (12), the ITL gaps in
+    the order ``Kernel.commit`` adds them (ng)); Io = the finished rows (nf); ng, nf; KV
+    blocks held before and after; the peak during. With ``record``, the iteration log's
+    ITER_COLUMNS of the n steps go into ``buf`` from row ``row0``
+    (``Metrics.reserve_rows``), as ``Metrics.add_iterations`` would write them.
+    ``chunked``: a segment through prefill chunks, whose (S, B) masks ``pre`` (prefilling),
+    ``firsts`` (first token) and ``counted`` (a target step) replace step 0's."""
     B = len(rows)
     n = b - a
-    # inter-token gaps: step a from each row's last delivery, later steps from the step before
-    n0 = 0
+    # inter-token gaps: step a from each row's last delivery, later steps from the step
+    # before; a prompt completing in a later step (chunked): its first token has no gap,
+    # a recomputed one's runs from its last delivery before the preemption
+    ng = 0
     for i in range(B):
-        if emit[a, i] > 0 and not (a == 0 and first0[i]):
-            n0 += 1
-    n1 = 0
+        first = firsts[a, i] if chunked else (a == 0 and first0[i])
+        if emit[a, i] > 0 and not first:
+            ng += 1
     for s in range(a + 1, b):
         for i in range(B):
-            if emit[s, i] > 0:
-                n1 += 1
-    Fo = np.empty(2 * n + 12 + n0 + n1)
+            if emit[s, i] > 0 and not (chunked and pre[s, i] and firsts[s, i]):
+                ng += 1
+    Fo = np.empty(2 * n + 12 + ng)
     j = 2 * n + 12
     for i in range(B):
-        if emit[a, i] > 0 and not (a == 0 and first0[i]):
+        first = firsts[a, i] if chunked else (a == 0 and first0[i])
+        if emit[a, i] > 0 and not first:
             Fo[j] = end[a] - last_delivery[rows[i]]
             j += 1
     for s in range(a + 1, b):
         for i in range(B):
-            if emit[s, i] > 0:
+            if emit[s, i] > 0 and not (chunked and pre[s, i]):
                 Fo[j] = dt[s]
                 j += 1
-    if a == 0:
+        if chunked:
+            for i in range(B):
+                if emit[s, i] > 0 and pre[s, i] and not firsts[s, i]:
+                    Fo[j] = end[s] - last_delivery[rows[i]]
+                    j += 1
+    if chunked:
+        for s in range(a, b):
+            for i in range(B):
+                if firsts[s, i]:
+                    first_token[rows[i]] = end[s]
+    elif a == 0:
         for i in range(B):
             if first0[i]:
                 first_token[rows[i]] = end[0]
@@ -909,10 +925,10 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
             if emit[s, i] > 0:
                 dl += 1
             kk += k[s, i]
-            if alive[s, i]:
+            if counted[s, i] if chunked else alive[s, i]:
                 st += 1
             kv += kv_add[s, i]
-        if a == 0 and alive[0, i] and not count0[i]:
+        if not chunked and a == 0 and alive[0, i] and not count0[i]:
             st -= 1
         generated[r] += e
         accepted[r] += ac
@@ -960,11 +976,12 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
             ksum += k[s, i]
             acc_s += acc[s, i]
             asum += after_rows[s, i]
+            prefilling = pre[s, i] if chunked else (s == 0 and prefill0[i])
             if alive[s, i]:
                 n_alive += 1
-                if not (s == 0 and prefill0[i]):
+                if not prefilling:
                     dec += 1
-            if s == 0 and prefill0[i]:
+            if prefilling:
                 n_pre += 1
             if use_hist and k[s, i] > 0:  # accepted lengths per class
                 hist[cls_idx[rows[i]], acc[s, i]] += 1
@@ -1017,7 +1034,7 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
     for w in range(4):
         Fo[o + 4 + w] = _sum(ws[w], 0, n)
         Fo[o + 8 + w] = _sum(wj[w], 0, n)
-    return Fo, Io, n0, n1, nf, held_before, held_after, peak
+    return Fo, Io, ng, nf, held_before, held_after, peak
 
 
 # ------------------------------------------------------------------ binding to a Kernel
@@ -1245,16 +1262,17 @@ class Compiled:
                 bool(kn.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
                 float(ledger.hbm_bw), float(ledger.power_idle), float(ledger.power_max),
                 hist if hist is not None else _NO_HIST, cls_idx, hist is not None))
-        Fo, Io, n0, n1, nf, held_before, held_after, peak = _commit(
+        pre = seg.pre_steps
+        chunked = pre is not None
+        Fo, Io, ng, nf, held_before, held_after, peak = _commit(
             a, b, np.asarray(rows, np.int64), seg.emit, seg.acc, seg.k, seg.alive, seg.kv_add,
             seg.finishing, seg.after_rows, seg.during, seg.end, seg.dt, seg.draft, seg.verify,
             seg.flops, seg.nbytes, seg.dflops, seg.dbytes, seg.pf_tokens, seg.tokens,
             seg.first0, seg.count0, seg.prefill0, *static[2], buf, row0, record, wid,
-            seg.reason, seg.start)
+            seg.reason, seg.start, chunked, pre if chunked else _NO_MASK,
+            seg.first_steps if chunked else _NO_MASK, seg.counted if chunked else _NO_MASK)
         g = 2 * n + 12
-        metrics.add_itl(Fo[g:g + n0])
-        if n > 1:
-            metrics.add_itl(Fo[g + n0:g + n0 + n1])
+        metrics.add_itl(Fo[g:g + ng])
         kv.set_held(int(held_before), int(held_after), int(peak))
         seg.done = b
         # Ledger.add's accumulation, in its order
@@ -1296,6 +1314,7 @@ def _segment(Segment, rows, pre0, chunking, S, m, Ia, Bo, Iv, dt, draft, verify,
 
 
 _NO_HIST = np.zeros((1, 1), np.int64)
+_NO_MASK = np.zeros((1, 1), np.bool_)  # a segment without chunks: its (S, B) masks' stand-in
 _NO_BUF = np.zeros((1, 13))  # unrecorded: the iteration rows' stand-in (same type)
 
 

@@ -27,15 +27,24 @@ class LogHistogram:
         self._fill = 0
 
     def add(self, values: np.ndarray) -> None:
-        """Values are buffered and binned in bulk: one bincount per 65k values."""
+        """Values are buffered and binned in bulk, one bincount per BUFFER values. The
+        buffer is binned exactly when full, so the bins and the float total depend only on
+        the sequence of values, not on how it was cut into calls (the compiled kernel adds
+        a segment's gaps in one call where the Python one makes several)."""
         m = len(values)
-        if self._fill + m > self.BUFFER:
-            self._flush()
-            if m > self.BUFFER:
-                self._bin(np.asarray(values, dtype=np.float64))
-                return
-        self._buf[self._fill:self._fill + m] = values
-        self._fill += m
+        fill = self._fill
+        if fill + m < self.BUFFER:  # the common case: room to spare
+            self._buf[fill:fill + m] = values
+            self._fill = fill + m
+            return
+        i = 0
+        while i < m:
+            take = min(self.BUFFER - self._fill, m - i)
+            self._buf[self._fill:self._fill + take] = values[i:i + take]
+            self._fill += take
+            i += take
+            if self._fill == self.BUFFER:
+                self._flush()
 
     def _flush(self) -> None:
         if self._fill:
