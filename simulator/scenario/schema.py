@@ -783,7 +783,7 @@ class Simulation(Section):
     progress: Bool = True
     fast_path: Bool = Field(True, description="plan stable batches many iterations at once")
     compiled: AutoBool = Field("auto", description="the iteration kernel compiled with numba "
-                               "(same results; auto: when numba is installed and the run has 3,000+ "
+                               "(same results; auto: when numba is installed and the run has 1,500+ "
                                "requests)")
     iteration_log: Literal["parquet", "csv"] = Field(
         "parquet", description="the iteration log's format with --out: iterations.parquet "
