@@ -211,8 +211,9 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
 
             from specsim.simulator.report.report import write_report
 
-            # a streamed log is read back: the plotted columns, sampled beyond REPORT_ROWS
-            shown = result if result.iterations is not None else \
+            # a streamed log is read back for the plots (only they use it): the plotted
+            # columns, sampled beyond REPORT_ROWS
+            shown = result if result.iterations is not None or not plots else \
                 dataclasses.replace(result, iterations=read_for_report(tmp))
             write_report(shown, tmp, plots=plots)
         files = sorted(p.name for p in tmp.iterdir())
