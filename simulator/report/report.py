@@ -409,7 +409,9 @@ def _save(fig: Any, path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
-    fig.savefig(path, dpi=DPI)
+    # zlib level 3 instead of PIL's 6: lossless either way, 40% less encoding time for
+    # files about 6% larger
+    fig.savefig(path, dpi=DPI, pil_kwargs={"compress_level": 3})
     fig.clear()
 
 
