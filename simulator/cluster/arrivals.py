@@ -26,9 +26,10 @@ class OpenLoop:
 
     def process(self):
         sim, t, env = self.sim, self.sim.table, self.sim.env
+        arrival = t.arrival.tolist()  # Python floats: the same values, cheaper arithmetic
         for rid in range(t.n):
             sim.next_rid = rid
-            delay = t.arrival[rid] - env.now
+            delay = arrival[rid] - env.now
             if delay > 0:
                 yield env.timeout(delay)
             sim.arrive(rid)

@@ -515,6 +515,8 @@ class Simulation:
         """Ask the router; a router that reads load sees every worker synced to now."""
         if self.pd is not None:  # PD: the prefill pool (or a decode worker, conditionally)
             return self.pd.route(rid)
+        if len(self.workers) == 1:  # no choice to make (and nothing a router records)
+            return self.workers[0]
         t, now = self.table, self.env.now
         snaps = None
         if self.router.reads_load:
