@@ -238,3 +238,39 @@ def test_the_scipy_free_root_finder_is_scipys_brentq():
                 acc.brentq(h, -5.0, 5.0)
             continue
         assert acc.brentq(h, -5.0, 5.0) == want
+
+
+def test_many_runs_lets_auto_compile_short_runs_for_sweeps_and_the_planner(monkeypatch):
+    """A sweep's process running two runs or more, and the planner's probes, compile under
+    ``auto`` whatever a run's length (numba's fixed cost is paid once); alone, a short run
+    stays in numpy; the flag does not outlive its caller; the rows are the same bits."""
+    _numba()
+    from specsim.simulator.execution import kernel as kernel_mod
+    from specsim.simulator.execution import kernel_jit
+    from specsim.simulator.planning.sweep import run_sweep
+
+    compiled_runs = []
+    real = kernel_jit.Compiled.__init__
+
+    def spy(self, kernel):
+        compiled_runs.append(kernel.t.n)
+        real(self, kernel)
+
+    monkeypatch.setattr(kernel_jit.Compiled, "__init__", spy)
+    sc = {**_sc(), "seed": 3}
+    trace = make_trace(60, rate=20.0, prompt=(20, 400), output=(1, 60), seed=2)
+    alone = run_scenario(sc, trace=trace, overrides={"simulation.progress": False})
+    assert compiled_runs == []  # 60 requests: below kernel.AUTO_MIN_REQUESTS
+    with kernel_mod.many_runs():
+        many = run_scenario(sc, trace=trace, overrides={"simulation.progress": False})
+    assert compiled_runs == [60] and not kernel_mod._many_runs
+    _same(alone, many)
+    compiled_runs.clear()
+    small = {"workload.synthetic.requests": [40, 50]}
+    table = run_sweep(REPO / "scenarios" / "chat.yaml", small, seeds=1, jobs=1)
+    assert compiled_runs == [40, 50] and not kernel_mod._many_runs
+    compiled_runs.clear()
+    one = run_sweep(REPO / "scenarios" / "chat.yaml", {"workload.synthetic.requests": [40]})
+    assert compiled_runs == []  # a single run: not worth numba's fixed cost
+    assert one.iloc[0].drop("wall_time_s", errors="ignore").equals(
+        table.iloc[0].drop("wall_time_s", errors="ignore"))

@@ -14,6 +14,7 @@ and plan the rest again.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,10 +96,27 @@ class Segment:
 AUTO_MIN_REQUESTS = 1500
 
 
+_many_runs = False  # inside ``many_runs()``
+
+
+@contextmanager
+def many_runs(on: bool = True):
+    """Within it, ``simulation.compiled: auto`` compiles runs of any length: a caller that
+    runs many scenarios in one process (a sweep's worker, the planner's probes) pays numba's
+    fixed cost once and gains on every run after (results are the same bits either way)."""
+    global _many_runs
+    before, _many_runs = _many_runs, bool(on) or _many_runs
+    try:
+        yield
+    finally:
+        _many_runs = before
+
+
 def _compiled(kernel, mode: bool | str):
     """The compiled kernel for ``simulation.compiled`` (auto: when numba is installed and
-    the run is long enough to gain)."""
-    if mode is False or (mode == "auto" and kernel.t.n < AUTO_MIN_REQUESTS):
+    the run is long enough to gain, or is one of many in this process)."""
+    if mode is False or (mode == "auto" and kernel.t.n < AUTO_MIN_REQUESTS
+                         and not _many_runs):
         return None
     import importlib.util
 

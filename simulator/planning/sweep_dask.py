@@ -103,7 +103,7 @@ class DaskRunner:
     def __init__(self, client, where: str, scenario: Any) -> None:
         self.client, self.where, self.scenario = client, where, scenario
 
-    def run(self, todo: list[tuple[Any, int, dict[str, Any], int]],
+    def run(self, todo: list[tuple[Any, int, dict[str, Any], int, bool]],
             finished: Callable[[int, int, dict[str, Any]], None],
             describe: Callable[[int], str]) -> None:
         """Run ``todo`` (the local backend's task tuples), calling ``finished(point, seed,
@@ -118,14 +118,14 @@ class DaskRunner:
             return
         client, where = self.client, self.where
         token = secrets.token_hex(4)  # our keys cannot meet another client's on the scheduler
-        keys = [f"specsim-sweep-{token}-p{i}-s{s}" for _, i, _, s in todo]
-        tasks = [(self.scenario, i, p, s) for _, i, p, s in todo]
+        keys = [f"specsim-sweep-{token}-p{i}-s{s}" for _, i, _, s, _ in todo]
+        tasks = [(self.scenario, i, p, s, many) for _, i, p, s, many in todo]
         futures = client.map(_task, tasks, key=keys, pure=False)
         by_key = {f.key: t for f, t in zip(futures, tasks, strict=True)}
         seen: set[tuple[int, int]] = set()
         try:
             for fut in as_completed(futures):
-                _, i, _, s = by_key[fut.key]
+                _, i, _, s, _ = by_key[fut.key]
                 try:
                     point, seed, row = fut.result()
                 except KilledWorker:
