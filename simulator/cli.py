@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     mode = None
     if args.out:
         mode = write_outputs(result, Path(args.out), report=not args.no_report, force=args.force,
-                             staging=staging, plots=not getattr(args, "no_plots", False))
+                             staging=staging, plots=not args.no_plots)
     Console().print(summary_table(result.metrics))
     for note in result.notes:
         console.print(f"note: {note}")

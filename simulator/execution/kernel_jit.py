@@ -365,6 +365,12 @@ def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunk
 
 
 @njit(**_JIT)
+def _width(k, widths, use_tree):
+    """``Drafter.verify_width`` of one draft length."""
+    return widths[min(k, len(widths) - 1)] if use_tree else k + 1
+
+
+@njit(**_JIT)
 def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
           generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale, kv_len,
           blocks, shared, use_shared, kv_total, kv_limit, kv_kept, use_kept,
@@ -471,7 +477,7 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
             if s == 0 and has_pre and pre0[i]:
                 em = 1 if done0[i] else 0
             if al:
-                qq = widths[min(kk, len(widths) - 1)] if use_tree else kk + 1
+                qq = _width(kk, widths, use_tree)
             else:
                 qq = 0
             ka = em
@@ -728,12 +734,6 @@ def _times(now, dt, start, end):
 
 
 # ------------------------------------------------------------------ shaping step 0
-
-
-@njit(**_JIT)
-def _width(k, widths, use_tree):
-    """``Drafter.verify_width`` of one draft length."""
-    return widths[min(k, len(widths) - 1)] if use_tree else k + 1
 
 
 @njit(**_JIT)
@@ -1207,15 +1207,14 @@ class Compiled:
 
         t, kv = kn.t, worker.kv
         static = None
-        src = None
+        read = None  # the _read views ``static`` was built from
 
         def plan(now: float, steps: int):
-            nonlocal static, src
-            if src is None or any(map(operator.is_not, (t.output, t.match_key, t.accept_key,
-                                                         t.cls_idx, t.alpha_scale), src)):
-                src = (t.output, t.match_key, t.accept_key, t.cls_idx, t.alpha_scale)
-                output, match_key, accept_key, cls_idx, alpha_scale, _, alpha_table = (
-                    self._read(t, None))
+            nonlocal static, read
+            ro = self._read(t, None)  # the same tuple while the table's columns are
+            if ro is not read:
+                read = ro
+                output, match_key, accept_key, cls_idx, alpha_scale, _, alpha_table = ro
                 static = (int(policy.fixed_k), int(sch.token_budget),
                           bool(sch.chunked_prefill), t.generated, output, t.steps, match_key,
                           accept_key, cls_idx, alpha_scale, t.kv_len, t.blocks, _EMPTY_I,

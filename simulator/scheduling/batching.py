@@ -42,7 +42,8 @@ class BatchScheduler:
         return False
 
 
-_NONE = np.zeros(0, np.int64)  # no prefilling rows (read only)
+_NONE = np.zeros(0, np.int64)  # no prefilling rows
+_NONE.flags.writeable = False
 
 
 @BATCH_SCHEDULERS.register("fcfs")
