@@ -33,6 +33,15 @@ def show(value: Any, limit: int = 80) -> str:
     return text
 
 
+def show_path(path: Any, limit: int = 120) -> str:
+    """A file path as a message quotes it: cut at the front, not the end, so the file's
+    own name always shows however deep the folder (a temporary or CI folder can be long)."""
+    text = repr(str(path))
+    if len(text) > limit:
+        text = text[0] + "..." + text[len(text) - limit + 4:]
+    return text
+
+
 def unknown_key(name: Any, keys: list[str], qualifier: str = "") -> str:
     """``NAME: unknown key (did you mean 'x'? expected one of: a, b)`` without the path."""
     hint = difflib.get_close_matches(name, keys, n=1) if isinstance(name, str) else []

@@ -125,6 +125,17 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, case):
     assert run_cli("validate", path) == 2
 
 
+def test_a_missing_file_deep_in_folders_is_named_in_full(tmp_path, capsys):
+    deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 8)
+    path, _ = _bad(tmp_path, lambda d: d.update(
+        {"workload": {"trace": {"path": str(deep / "nope-trace.csv")}}}))
+    assert run_cli("validate", path) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    # cut at the front, so the file's own name shows, however deep the folder
+    assert "a-rather-long-folder-name/nope-trace.csv'" in err and "'..." in err
+
+
 def test_model_too_large_names_both_sizes(tmp_path, capsys):
     path, _ = _bad(tmp_path, lambda d: d.update({"model": "Llama-3.1-70B",
                                                  "speculation": {"method": "none"}}))

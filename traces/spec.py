@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specsim.messages import show_path
 from specsim.traces.errors import TraceError, show
 
 #: The largest integer a key takes (2^53: exact as a float, far inside int64).
@@ -158,7 +159,7 @@ class Section:
         if not path.is_absolute():
             path = base_dir / path
         if not path.is_file():
-            raise TraceError(f"{self.key(name)}: no such file {show(str(path))}")
+            raise TraceError(f"{self.key(name)}: no such file {show_path(path)}")
         return path
 
     def finish(self) -> None:
