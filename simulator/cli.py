@@ -93,13 +93,13 @@ def _progress_bar(total_requests: int):
 def cmd_run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from specsim.simulator.cluster.engine import build_trace, in_file, load_scenario, run_scenario
     from specsim.simulator.report.output import Staging, check_destination, write_outputs
 
     console = _err_console()
 
-    if args.out:  # a place we may not write is refused before any simulating
+    if args.out:  # a place we may not write is refused before any simulating (or importing)
         check_destination(Path(args.out), args.force)
+    from specsim.simulator.cluster.engine import build_trace, in_file, load_scenario, run_scenario
     source = args.scenario
     sc, base, origin = load_scenario(source, args.set, args.seed)
     show = sc["simulation"]["progress"] and not args.quiet

@@ -60,3 +60,13 @@ def test_a_report_without_plots_skips_matplotlib_and_report_draws_them_later(tmp
     assert main(["report", str(out)]) == 0
     assert {p.name for p in out.glob("*.png")} >= {"latency_cdf.png", "timeline.png"}
     assert "Not drawn" not in (out / "report.md").read_text()
+
+
+def test_a_refused_out_folder_costs_no_heavy_import(tmp_path):
+    """--out is checked before the engine (pandas, the catalogs) is imported, so a folder
+    that would be refused answers at once; the folder is left as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("a user's file")
+    assert _loaded_after(["run", str(CHAT), "--quiet", "--out", str(out)]) == []
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]

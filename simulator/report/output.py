@@ -21,10 +21,13 @@ import re
 import secrets
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specsim.errors import ScenarioError
-from specsim.simulator.cluster.engine import Result, finite_or_none
 from specsim.traces.files import pid_alive
+
+if TYPE_CHECKING:  # the engine (pandas, the catalogs) is not needed to refuse a bad --out
+    from specsim.simulator.cluster.engine import Result
 
 MARKER = ".specsim-output"
 _TEMP = re.compile(r"^\..*\.specsim-(?:tmp|old)-(\d+)-[0-9a-f]{8}$")
@@ -36,6 +39,8 @@ _OURS = re.compile(r"^(?:metrics\.json|scenario\.json|requests\.csv|iterations\.
 
 
 def metrics_json(result: Result, include_wall_time: bool = True) -> str:
+    from specsim.simulator.cluster.engine import finite_or_none
+
     m = dict(result.metrics)
     if not include_wall_time:
         m.pop("wall_time_s", None)
@@ -45,6 +50,8 @@ def metrics_json(result: Result, include_wall_time: bool = True) -> str:
 def scenario_json(result: Result) -> str:
     """The scenario as it ran (every default filled in): what ``specsim report`` and anyone
     reproducing the run read."""
+    from specsim.simulator.cluster.engine import finite_or_none
+
     return json.dumps(finite_or_none(result.scenario), indent=2, default=str) + "\n"
 
 
