@@ -9,7 +9,9 @@ and ``.nan`` / ``.inf`` / ``-.inf`` are still floats, so validation can reject t
 
 from __future__ import annotations
 
+import pickle
 import re
+from collections import OrderedDict
 from typing import Any
 
 import yaml
@@ -41,9 +43,29 @@ for _first in "-+0123456789.":
     Loader.yaml_implicit_resolvers.setdefault(_first, []).insert(0, (FLOAT_TAG, FLOAT_RE))
 
 
+# Parsed documents by their text. A sweep or a plan reads the same scenario and bundled
+# catalogs for every point (validation, then the run): pickle gives each caller its own
+# copy (so a caller may change what it got) in a twentieth of a parse.
+_PARSED: OrderedDict[tuple[str | bytes, type], bytes] = OrderedDict()
+_PARSED_MAX = 64
+
+
+def _parsed(text: str | bytes, loader: Any) -> Any:
+    key = (text, loader)
+    hit = _PARSED.get(key)
+    if hit is not None:
+        _PARSED.move_to_end(key)
+        return pickle.loads(hit)
+    value = yaml.load(text, Loader=loader)  # noqa: S506 (SafeLoader subclasses only)
+    _PARSED[key] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    if len(_PARSED) > _PARSED_MAX:
+        _PARSED.popitem(last=False)
+    return value
+
+
 def load(text: str | bytes) -> Any:
     """Parse one YAML document with the project's loader (raises yaml.YAMLError)."""
-    return yaml.load(text, Loader=Loader)  # noqa: S506 (a SafeLoader subclass)
+    return _parsed(text, Loader)
 
 
 if getattr(yaml, "__with_libyaml__", False):
@@ -60,4 +82,4 @@ def load_bundled(text: str | bytes, yaml12: bool = True) -> Any:
     """A bundled data file (catalogs, profiles), parsed by libyaml where PyYAML has it: the
     values ``load`` (``yaml12``) or ``yaml.safe_load`` give, a tenth of a second less per
     run. User files go through ``load``, whose error messages the CLI quotes."""
-    return yaml.load(text, Loader=_FastLoader if yaml12 else _FastSafe)  # noqa: S506
+    return _parsed(text, _FastLoader if yaml12 else _FastSafe)

@@ -153,6 +153,26 @@ def test_yaml_loader_keeps_nan_inf_and_leaves_pyyaml_alone():
     assert yaml.safe_load("1e3") == "1e3"  # the stock SafeLoader is not modified
 
 
+def test_a_reread_document_is_the_same_value_and_the_callers_own_copy():
+    """Sweeps and plans parse the same scenario and catalogs per point; the remembered
+    parse gives equal values, each caller its own copy, and errors are never remembered."""
+    text = CHAT.read_text()
+    first = yamlio.load(text)
+    first["speculation"]["k"] = 99  # a caller changing what it got
+    second = yamlio.load(text)
+    assert second == yaml.load(text, Loader=yamlio.Loader)  # noqa: S506
+    assert second["speculation"]["k"] != 99 and second is not first
+    bundled = (REPO / "cost_models" / "data" / "models.yaml").read_text()
+    assert yamlio.load_bundled(bundled, yaml12=False) == yaml.safe_load(bundled)
+    assert yamlio.load_bundled(bundled) == yamlio.load(bundled)  # the YAML 1.2 loaders agree
+    for _ in range(2):
+        with pytest.raises(yaml.YAMLError):
+            yamlio.load("a: [1, 2")
+    for i in range(yamlio._PARSED_MAX + 5):  # bounded
+        yamlio.load(f"n: {i}")
+    assert len(yamlio._PARSED) == yamlio._PARSED_MAX
+
+
 def test_rate_1e3_in_a_synthetic_workload(tmp_path, capsys):
     text = CHAT.read_text().replace("rate: 5.5", "rate: 1e3").replace("requests: 1000",
                                                                       "requests: 20")
