@@ -702,7 +702,7 @@ class Simulation:
         if self.kv_cache is not None:  # every tier: blocks free or cached; tokens conserved
             pc.check_invariants(self)
         if self.pd is not None:  # PD: arrivals accounted for, tokens over the link, no leak
-            self.pd.check(self.horizon)
+            self.pd.check(self.horizon, stopped=self.overload is not None)
 
 
 def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,

@@ -15,8 +15,10 @@ Rules:
    requests are in flight, later ones never arrived (as with ``simulation.horizon_s``).
    metrics.json's ``overload`` block says when, the queue, the arrival and completion
    rates over the last windows, and the rule; the report and the CLI say it in one line.
-4. Closed-loop clients cannot overload a queue (at most one request each), and a PD
-   fleet's two pools are not watched yet: there it is off.
+4. Closed-loop clients cannot overload a queue (at most one request each): there it is
+   off. A PD fleet is watched over both pools: the prefill queues and the decode queues
+   (requests whose KV landed but that wait for a decode slot) count together, and the
+   oldest wait runs from the request's arrival.
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ class OverloadWatch:
 
 def make_watch(sim, spec) -> OverloadWatch | None:
     """The watch for ``simulation.overload`` (None when off or not applicable, rule 4)."""
-    if not spec["detect"] or sim.pd is not None or sim.arrivals.notify_finishes:
+    if not spec["detect"] or sim.arrivals.notify_finishes:
         return None
     return OverloadWatch(sim, float(spec["window_s"]), int(spec["windows"]),
                          float(spec["max_wait_s"]))

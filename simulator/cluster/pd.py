@@ -510,12 +510,17 @@ class PDCluster:
         frame["pd_transfer_s"] = self.end - self.ready
         frame["pd_link_wait_s"] = self.start - self.ready
 
-    def check(self, horizon: float | None) -> None:
+    def check(self, horizon: float | None, stopped: bool = False) -> None:
         """PD invariants (``Simulation.check_invariants``): every arrival completed,
         rejected or in flight; tokens conserved over the link; link intervals disjoint; no
-        KV held on either pool once nothing is in flight."""
+        KV held on either pool once nothing is in flight. ``stopped``: the overload watch
+        ended the run at an arrival, so the requests arriving at that instant after it
+        never arrived."""
         t, now = self.t, float(self.env.now)
-        arrived = t.arrival <= now if horizon is not None else np.ones(t.n, bool)
+        if stopped:
+            arrived = t.arrival < now
+        else:
+            arrived = t.arrival <= now if horizon is not None else np.ones(t.n, bool)
         if (t.status[arrived] == rq.PENDING).any():
             raise AssertionError("an arrived request is neither completed, rejected nor in "
                                  "flight")
