@@ -20,10 +20,10 @@ SMALL = {"workload.synthetic.requests": 60, "simulation.progress": False}
 
 NATIVE = {"scheduler.max_batch": 6, "scheduler.token_budget": 256,
           "scheduler.chunked_prefill": False, "scheduler.block_size": 32,
-          "hardware.memory_fraction": 0.5}
+          "hardware.memory_fraction": 0.5, "kv_cache.prefix_cache": True}
 FLAGS = {"engine.max_num_seqs": 6, "engine.max_num_batched_tokens": 256,
          "engine.enable_chunked_prefill": False, "engine.block_size": 32,
-         "engine.gpu_memory_utilization": 0.5}
+         "engine.gpu_memory_utilization": 0.5, "engine.enable_prefix_caching": True}
 
 
 def _one_error(capsys) -> str:
@@ -61,6 +61,7 @@ def test_engine_flags_resolve_onto_the_scenario_keys():
     assert sc.scheduler.max_batch == 6 and sc.scheduler.token_budget == 256
     assert sc.scheduler.chunked_prefill is False and sc.scheduler.block_size == 32
     assert sc.hardware.memory_fraction == 0.5
+    assert sc.kv_cache.prefix_cache is True
     assert sc.engine.kind == "vllm"
     # the dump validates again (both ways given, with equal values)
     assert cfg.validate(sc.dump()).scheduler == sc.scheduler
@@ -74,6 +75,7 @@ def test_engine_flags_resolve_onto_the_scenario_keys():
     ("gpu_memory_utilization", "hardware.memory_fraction", 0.8, 0.9),
     ("block_size", "scheduler.block_size", 16, 32),
     ("num_gpu_blocks_override", "scheduler.kv_blocks", 1000, 2000),
+    ("enable_prefix_caching", "kv_cache.prefix_cache", "true", "false"),
 ])
 def test_a_setting_given_both_ways_must_agree(flag, key, a, b, capsys):
     assert main(["validate", str(CHAT), "--set", f"engine.{flag}={a}",

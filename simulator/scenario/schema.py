@@ -638,6 +638,10 @@ class Engine(Section):
     num_gpu_blocks_override: OptInt(2) = Field(
         None, description="vLLM --num-gpu-blocks-override = scheduler.kv_blocks (KV blocks "
                           "per worker)")
+    enable_prefix_caching: OptBool = Field(
+        None, description="vLLM --enable-prefix-caching = kv_cache.prefix_cache (vLLM v1 "
+                          "turns it on by default; specsim's default stays off, so give it "
+                          "to match an engine that caches)")
 
 
 #: engine key -> the scenario key it sets (section, key)
@@ -648,6 +652,7 @@ ENGINE_KEYS: dict[str, tuple[str, str]] = {
     "gpu_memory_utilization": ("hardware", "memory_fraction"),
     "block_size": ("scheduler", "block_size"),
     "num_gpu_blocks_override": ("scheduler", "kv_blocks"),
+    "enable_prefix_caching": ("kv_cache", "prefix_cache"),
 }
 
 
