@@ -117,19 +117,26 @@ def hardware_from_dict(name: str, entry: Any, where: str) -> HardwareSpec:
     )
 
 
-def get_hardware(ref: Any, where: str = "hardware.accelerator") -> HardwareSpec:
-    """A catalog name, or an inline mapping with the catalog's fields (plus ``name``)."""
+def _named_or_inline(ref: Any, where: str, cat: dict[str, Any], kind: str, catalog: str,
+                     build: Any) -> Any:
+    """A catalog name (looked up in ``cat``), or an inline mapping with the catalog's fields
+    (plus ``name``, default ``inline-<kind>``), built by ``build(name, entry, origin)``."""
     if isinstance(ref, str):
-        cat = hardware_catalog()
         if ref not in cat:
-            raise CatalogError(f"{where}: unknown accelerator {ref!r} (catalog has: "
+            raise CatalogError(f"{where}: unknown {kind} {ref!r} (catalog has: "
                                f"{', '.join(sorted(cat))})")
-        return hardware_from_dict(ref, cat[ref], f"hardware catalog entry {ref}")
+        return build(ref, cat[ref], f"{catalog} catalog entry {ref}")
     if isinstance(ref, dict):
         entry = dict(ref)
-        name = str(entry.pop("name", "inline-accelerator"))
-        return hardware_from_dict(name, entry, where)
+        name = str(entry.pop("name", f"inline-{kind}"))
+        return build(name, entry, where)
     raise CatalogError(f"{where}: expected a catalog name or a mapping, got {ref!r}")
+
+
+def get_hardware(ref: Any, where: str = "hardware.accelerator") -> HardwareSpec:
+    """A catalog name, or an inline mapping with the catalog's fields (plus ``name``)."""
+    return _named_or_inline(ref, where, hardware_catalog(), "accelerator", "hardware",
+                            hardware_from_dict)
 
 
 # ---------------------------------------------------------------- models
@@ -257,17 +264,7 @@ def model_from_dict(name: str, entry: Any, where: str) -> ModelSpec:
 
 def get_model(ref: Any, where: str = "model") -> ModelSpec:
     """A catalog name, or an inline mapping with the catalog's fields (plus ``name``)."""
-    if isinstance(ref, str):
-        cat = model_catalog()
-        if ref not in cat:
-            raise CatalogError(f"{where}: unknown model {ref!r} (catalog has: "
-                               f"{', '.join(sorted(cat))})")
-        return model_from_dict(ref, cat[ref], f"model catalog entry {ref}")
-    if isinstance(ref, dict):
-        entry = dict(ref)
-        name = str(entry.pop("name", "inline-model"))
-        return model_from_dict(name, entry, where)
-    raise CatalogError(f"{where}: expected a catalog name or a mapping, got {ref!r}")
+    return _named_or_inline(ref, where, model_catalog(), "model", "model", model_from_dict)
 
 
 # ---------------------------------------------------------------- quantization
