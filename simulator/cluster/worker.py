@@ -194,9 +194,12 @@ class Worker:
         if seg is not None and not self._through:  # a blocked queue's segment runs on
             now = self.env.now
             # iterations already under way finish first; one starting exactly now is planned
-            # again with this request, unless this worker began it just now itself
+            # again with this request, unless this worker began it just now itself. (That
+            # step is seg.done, begun when the worker resumed: compared by the resume time,
+            # not by seg.start, which the kernel's cumulative sum and SimPy's clock may
+            # round an ulp apart, so a request sent at a finish joined a step early)
             keep = max(seg.steps_started_before(now), seg.done)
-            if keep == seg.done < seg.m and seg.start[keep] == now and self._resumed_at == now:
+            if keep == seg.done < seg.m and self._resumed_at == now:
                 keep += 1
             if keep < seg.m:
                 seg.m = keep
