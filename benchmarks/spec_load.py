@@ -265,9 +265,9 @@ def step_price(d: Deployment, batch: int, context: float, k: int) -> tuple[float
     q = d.drafter.verify_width(kk).astype(np.float64)
     tokens = q.sum(axis=1)
     z = np.zeros(1)
-    dt, draft, verify, _, _ = ex.price(kk, c, tokens, attention_area(q, c).sum(axis=1),
-                                       c.sum(axis=1), tokens.copy(), z, z,
-                                       np.array([float(batch)]), z)
+    dt, draft, verify = ex.price(kk, c, tokens, attention_area(q, c).sum(axis=1),
+                                 c.sum(axis=1), tokens.copy(), z, z,
+                                 np.array([float(batch)]), z)[:3]
     return float(dt[0]), float(draft[0]), float(verify[0])
 
 
