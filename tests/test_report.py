@@ -151,3 +151,12 @@ def test_large_run_draws_every_plot(spec_result, tmp_path):
     write_report(res, tmp_path)
     _check_links(tmp_path)
     assert {p.name for p in tmp_path.glob("*.png")} == ALL_PLOTS
+
+
+def test_a_pd_fleets_workers_are_labelled_by_pool():
+    from specsim.simulator.report.report import _worker_label
+
+    m = {"disaggregation": {"pools": {"prefill": {"worker_ids": [0, 1]},
+                                      "decode": {"worker_ids": [2, 3]}}}}
+    assert [_worker_label(m, w) for w in (0, 3)] == ["worker 0 (prefill)", "worker 3 (decode)"]
+    assert _worker_label({}, 1) == "worker 1"

@@ -450,6 +450,15 @@ def _time_unit(span: float) -> tuple[str, float]:
     return "s", 1.0
 
 
+def _worker_label(m: dict[str, Any], wid: int) -> str:
+    """``worker 2``, or ``worker 2 (decode)`` in a PD fleet (its pools' worker ids)."""
+    pools = (m.get("disaggregation") or {}).get("pools") or {}
+    for name, pool in pools.items():
+        if wid in (pool.get("worker_ids") or ()):
+            return f"worker {wid} ({name})"
+    return f"worker {wid}"
+
+
 def _binned_mean(s: np.ndarray, e: np.ndarray, y: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Exact time-weighted mean over each bin of a piecewise-constant signal.
 
@@ -604,7 +613,7 @@ def _plot_timeline(v: _View, path: Path) -> _Outcome:
             a = axes[key]
             if len(wids) <= 4:
                 for w, ser, col in zip(wids, series, _colors(len(wids)), strict=True):
-                    a.plot(centers, ser, color=col, lw=1.0, label=f"worker {w}")
+                    a.plot(centers, ser, color=col, lw=1.0, label=_worker_label(m, int(w)))
             else:
                 arr2 = np.vstack(series)
                 a.fill_between(centers, arr2.min(0), arr2.max(0), color="tab:blue", alpha=0.2,
