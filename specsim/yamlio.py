@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -48,18 +49,23 @@ for _first in "-+0123456789.":
 # copy (so a caller may change what it got) in a twentieth of a parse.
 _PARSED: OrderedDict[tuple[str | bytes, type], bytes] = OrderedDict()
 _PARSED_MAX = 64
+_PARSED_LOCK = threading.Lock()  # a Dask worker may run tasks in threads
 
 
 def _parsed(text: str | bytes, loader: Any) -> Any:
     key = (text, loader)
-    hit = _PARSED.get(key)
+    with _PARSED_LOCK:
+        hit = _PARSED.get(key)
+        if hit is not None:
+            _PARSED.move_to_end(key)
     if hit is not None:
-        _PARSED.move_to_end(key)
         return pickle.loads(hit)
     value = yaml.load(text, Loader=loader)  # noqa: S506 (SafeLoader subclasses only)
-    _PARSED[key] = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    if len(_PARSED) > _PARSED_MAX:
-        _PARSED.popitem(last=False)
+    blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    with _PARSED_LOCK:
+        _PARSED[key] = blob
+        if len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
     return value
 
 
