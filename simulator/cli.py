@@ -341,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--no-report", action="store_true", help="skip report.md and plots")
     r.add_argument("--no-plots", action="store_true",
-                   help="report.md with its tables but no PNGs (no matplotlib: 1-2 s faster; "
+                   help="report.md with its tables but no PNGs (no matplotlib: about 0.8 s faster; "
                    "`specsim report DIR` draws them later)")
     r.add_argument("--baseline", action="store_true",
                    help="also run with speculation off (same trace and seed) and add the "
