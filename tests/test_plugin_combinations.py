@@ -30,8 +30,8 @@ CASES = {
     "closed-loop-no-think-two-workers": ("chat", {
         "workload.closed_loop": {"clients": 32}, "hardware.count": 2,
         "router.policy": "least_loaded", "scheduler.max_batch": 4}),
-    "closed-loop-think-prefix-swap": ("code_completion", {
-        "workload.closed_loop": {"clients": 4, "think_time_s": 0.01},
+    "closed-loop-think-prefix-swap": ("chat", {  # ~190 swap preemptions
+        "workload.closed_loop": {"clients": 16, "think_time_s": 0.01},
         "kv_cache.prefix_cache": True, "kv_cache.tiers": [{"name": "host_dram"}],
         "kv_cache.preemption": "swap", "scheduler.kv_blocks": 400}),
     "kv-pressure-least-progress-cache-aware": ("chat", {
@@ -49,7 +49,7 @@ CASES = {
         "scheduler.preemption": "least_progress"}),
     "per-class-drafters-round-robin": ("drafter_per_class", {
         "hardware.count": 2, "router.policy": "round_robin", "scheduler.token_budget": 256}),
-    "load-aware-overloaded": ("chat", {
+    "load-aware-high-rate": ("chat", {
         "speculation.policy": "load_aware", "workload.synthetic.arrival.rate": 500.0,
         "scheduler.max_batch": 32}),
 }
