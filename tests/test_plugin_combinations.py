@@ -7,16 +7,21 @@ and runs it three ways: the numpy kernel multi-step, the compiled kernel, and st
 Compiled and numpy must agree bit for bit; step by step must give the same tokens, steps
 and states, and times within 1e-9 s (its clock adds step by step). run_scenario checks the
 invariants (KV blocks in every tier, tokens, request states) after each run. The cases
-come from a random search over these axes; the first failed before the worker judged "the
-step that began just now" by its resume time (a closed-loop request sent at a finish
-joined that step when SimPy's clock and the kernel's start time were an ulp apart).
+come from a random search over these axes (kept below as a hypothesis test); the first
+failed before the worker judged "the step that began just now" by its resume time (a
+closed-loop request sent at a finish joined that step when SimPy's clock and the kernel's
+start time were an ulp apart).
 """
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from specsim.simulator.cluster.engine import run_scenario
 from tests.conftest import REPO
@@ -63,9 +68,7 @@ def _run(base: str, overrides: dict, **extra):
     return m, res.requests
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_numpy_compiled_and_step_by_step_give_the_same_run(name):
-    base, overrides = CASES[name]
+def _same_run_three_ways(base: str, overrides: dict) -> None:
     m_np, r_np = _run(base, overrides, **{"simulation.compiled": False})
     m_jit, r_jit = _run(base, overrides, **{"simulation.compiled": True})
     m_step, r_step = _run(base, overrides, **{"simulation.compiled": False,
@@ -80,3 +83,53 @@ def test_numpy_compiled_and_step_by_step_give_the_same_run(name):
         else:
             assert a.equals(b), col
     assert m_np["requests_completed"] + m_np["requests_rejected"] <= m_np["requests_arrived"]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_numpy_compiled_and_step_by_step_give_the_same_run(name):
+    _same_run_three_ways(*CASES[name])
+
+
+# The search the cases came from. Deterministic and short by default; SPECSIM_FUZZ_EXAMPLES=200
+# SPECSIM_FUZZ_RANDOM=1 pytest tests/test_plugin_combinations.py explores further.
+BASES = ["chat", "code_completion", "drafter_per_class", "adaptive_code_vs_chat",
+         "moe_mtp_eagle3_dflash", "pd_disaggregated", "pd_mixed_same_devices", "chat_nospec"]
+ADAPTIVE = {"chat", "code_completion", "moe_mtp_eagle3_dflash", "pd_disaggregated",
+            "pd_mixed_same_devices"}  # bases whose policy may be swapped without its params
+
+
+@st.composite
+def combinations(draw) -> tuple[str, dict]:
+    base = draw(st.sampled_from(BASES))
+    ov: dict = {"workload.synthetic.requests": draw(st.sampled_from([40, 60])),
+                "scheduler.max_batch": draw(st.sampled_from([4, 32, 256])),
+                "scheduler.token_budget": draw(st.sampled_from([256, 1024, 8192])),
+                "scheduler.chunked_prefill": draw(st.booleans()),
+                "scheduler.preemption": draw(st.sampled_from(["newest", "least_progress"]))}
+    if draw(st.booleans()):
+        ov["scheduler.kv_blocks"] = draw(st.sampled_from([400, 1500]))
+    if not base.startswith("pd") and draw(st.booleans()):
+        ov["hardware.count"] = 2
+        ov["router.policy"] = draw(st.sampled_from(
+            ["cache_aware", "least_loaded", "round_robin", "session_affinity"]))
+    if draw(st.booleans()):
+        ov["kv_cache.prefix_cache"] = True
+        if draw(st.booleans()):
+            ov["kv_cache.tiers"] = [{"name": "host_dram"}]
+            ov["kv_cache.preemption"] = draw(st.sampled_from(["recompute", "swap"]))
+    if base in ADAPTIVE and draw(st.booleans()):
+        ov["speculation.policy"] = draw(st.sampled_from(
+            ["static", "goodput", "feedback", "load_aware", "off"]))
+    loop = draw(st.sampled_from([None, 0.0, 0.01]))
+    if loop is not None:
+        ov["workload.closed_loop"] = {"clients": draw(st.sampled_from([1, 4, 32])),
+                                      **({"think_time_s": loop} if loop else {})}
+    return base, ov
+
+
+@settings(max_examples=int(os.environ.get("SPECSIM_FUZZ_EXAMPLES", "3")), deadline=None,
+          database=None, derandomize=not os.environ.get("SPECSIM_FUZZ_RANDOM"),
+          suppress_health_check=[HealthCheck.too_slow])
+@given(combinations())
+def test_random_combinations_give_the_same_run_three_ways(case):
+    _same_run_three_ways(*case)
