@@ -53,7 +53,8 @@ CASES = {
         "router.policy": "session_affinity", "scheduler.kv_blocks": 1500,
         "scheduler.preemption": "least_progress"}),
     "per-class-drafters-round-robin": ("drafter_per_class", {
-        "hardware.count": 2, "router.policy": "round_robin", "scheduler.token_budget": 256}),
+        "hardware.count": 2, "router.policy": "round_robin", "scheduler.token_budget": 256,
+        "workload.synthetic.requests": 50}),
     "load-aware-high-rate": ("chat", {
         "speculation.policy": "load_aware", "workload.synthetic.arrival.rate": 500.0,
         "scheduler.max_batch": 32}),
