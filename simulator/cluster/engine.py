@@ -566,13 +566,21 @@ class Simulation:
                 "per_worker": {"allocated": taken, "freed_rejected": freed,
                                "committed": kept}}
 
+    def arrived(self) -> np.ndarray:
+        """The requests that arrived in the run (one rule for the summary and the checks):
+        all of them, or those at or before a horizon; where the overload watch stopped the
+        run at an arrival, those before that instant and those processed at it."""
+        t, now = self.table, float(self.env.now)
+        if self.overload is not None:
+            return (t.arrival < now) | (t.status != rq.PENDING)
+        if self.horizon is not None:
+            return t.arrival <= now
+        return np.ones(t.n, bool)
+
     def summary(self, wall_s: float) -> dict[str, Any]:
         t, sc = self.table, self.sc
         now = float(self.env.now)
-        if self.overload is not None:  # the requests whose arrival was processed
-            arrived = int(np.count_nonzero(t.status != rq.PENDING))
-        else:
-            arrived = int((t.arrival <= now).sum()) if self.horizon is not None else t.n
+        arrived = int(np.count_nonzero(self.arrived()))
         done = t.status == rq.DONE
         rejected = int((t.status == rq.REJECTED).sum())
         out_tokens = int(t.generated.sum())
@@ -702,7 +710,7 @@ class Simulation:
         if self.kv_cache is not None:  # every tier: blocks free or cached; tokens conserved
             pc.check_invariants(self)
         if self.pd is not None:  # PD: arrivals accounted for, tokens over the link, no leak
-            self.pd.check(self.horizon, stopped=self.overload is not None)
+            self.pd.check(self.arrived())
 
 
 def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,

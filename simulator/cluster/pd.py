@@ -510,17 +510,12 @@ class PDCluster:
         frame["pd_transfer_s"] = self.end - self.ready
         frame["pd_link_wait_s"] = self.start - self.ready
 
-    def check(self, horizon: float | None, stopped: bool = False) -> None:
-        """PD invariants (``Simulation.check_invariants``): every arrival completed,
-        rejected or in flight; tokens conserved over the link; link intervals disjoint; no
-        KV held on either pool once nothing is in flight. ``stopped``: the overload watch
-        ended the run at an arrival, so the requests arriving at that instant after it
-        never arrived."""
+    def check(self, arrived: np.ndarray) -> None:
+        """PD invariants (``Simulation.check_invariants``): every arrival (``arrived``, the
+        engine's ``Simulation.arrived``) completed, rejected or in flight; tokens conserved
+        over the link; link intervals disjoint; no KV held on either pool once nothing is in
+        flight."""
         t, now = self.t, float(self.env.now)
-        if stopped:
-            arrived = t.arrival < now
-        else:
-            arrived = t.arrival <= now if horizon is not None else np.ones(t.n, bool)
         if (t.status[arrived] == rq.PENDING).any():
             raise AssertionError("an arrived request is neither completed, rejected nor in "
                                  "flight")

@@ -371,6 +371,19 @@ def _width(k, widths, use_tree):
 
 
 @njit(**_JIT)
+def _k_for_width(w, widths, use_tree):
+    """``Drafter.k_for_width``: the deepest draft whose verification fits in ``w`` tokens
+    (a tree's widths increase with depth)."""
+    if not use_tree:
+        return max(w - 1, 0)
+    n = 0
+    for j in range(len(widths)):
+        if widths[j] <= w:
+            n += 1
+    return max(n - 1, 0)
+
+
+@njit(**_JIT)
 def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
           generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale, kv_len,
           blocks, shared, use_shared, kv_total, kv_limit, kv_kept, use_kept,
@@ -763,15 +776,7 @@ def _shape(run, kv_len, ptarget, output, generated, tsteps, match_key, blocks, K
             pre0[i] = True
     shrunk = False
     if dec_tokens > budget and ndec > 0:  # shrink drafts to fit the budget
-        w = budget // ndec
-        if use_tree:
-            cap = 0
-            for j in range(len(widths)):
-                if widths[j] <= w:
-                    cap += 1
-            cap = max(cap - 1, 0)
-        else:
-            cap = max(w - 1, 0)
+        cap = _k_for_width(budget // ndec, widths, use_tree)
         dec_tokens = 0
         for i in range(B):
             if not pre0[i]:
@@ -826,11 +831,8 @@ def _shape_plan_priced(run, S, chunk_ok, kv_free, now, K, budget, chunked,
     if not multi:
         S = 1
     chunking = chunking and S > 1
-    has_pre = False
-    for i in range(len(run)):
-        has_pre = has_pre or pre0[i]
     S, m, Ia, Bo, Iv, F = _plan_priced(
-        run, k0, chunk, pre0, done0, S, K, has_pre, generated, output, tsteps, match_key,
+        run, k0, chunk, pre0, done0, S, K, pre0.any(), generated, output, tsteps, match_key,
         accept_key, cls_idx, alpha_scale, kv_len, blocks, shared, use_shared, kv_total,
         kv_limit, kv_kept, use_kept, alpha_table, proposes_always, match_rate, widths,
         use_tree, bs, chunking, budget, ptarget, hands_off, now,
