@@ -193,6 +193,75 @@ def test_limit_and_miscount_flag(tmp_path):
     assert int(n_all.iloc[0]) == 12 and int(n_ok.iloc[0]) == 11
 
 
+def test_run_without_measured_csv_keeps_its_kv_blocks_with_hardware(tmp_path, capsys):
+    """No measured.csv: the run names no GPU, so --hardware names the run's own and its KV
+    block count is kept (a TP other than the run's still drops it)."""
+    path = write_run(tmp_path / "data", stages=False)
+    run = load_measured(path)
+    assert run.hardware is None and [s.name for s in run.stages] == ["all"]
+    rep = replay(run, hardware="H100-SXM")
+    assert rep.result.metrics["kv_blocks_per_worker"] == 3000
+    assert any("KV block count (3,000) is kept" in n and "H100-SXM" in n for n in rep.notes)
+    assert (rep.result.requests["status"] == "completed").all()
+    assert replay(run, hardware="H100-SXM", tp=2).result.metrics["kv_blocks_per_worker"] != 3000
+    out = tmp_path / "out"
+    assert main(["replay", str(path), "--hardware", "H100-SXM", "--out", str(out), "--quiet",
+                 "--no-report"]) == 0
+    doc = json.loads((out / "replay.json").read_text())
+    assert doc["kv_blocks_per_worker"] == 3000 and doc["engine"]["num_gpu_blocks_override"] == 3000
+    capsys.readouterr()
+    assert main(["replay", str(path), "--quiet"]) == 2  # no GPU named anywhere: say so
+    assert "pass --hardware NAME" in _one_error(capsys)
+
+
+def _fail_requests(path: Path, rows: dict[int, dict]) -> None:
+    """Give requests of a written run 0 tokens: ``rows``: index -> its ground truth entry
+    (``has_error`` is set in both files)."""
+    doc = json.loads(gzip.open(path, "rt").read())
+    for i, entry in rows.items():
+        doc["requests"][i].update(input_tokens=0, output_tokens=0, has_error=entry["has_error"])
+    with gzip.open(path, "wt") as fh:
+        json.dump(doc, fh)
+    gt_path = path.with_name(path.name[:-8] + "_ground_truth.json.gz")
+    gt = json.loads(gzip.open(gt_path, "rt").read())
+    for i, entry in rows.items():
+        gt[i] = {"index": i, **entry}
+    with gzip.open(gt_path, "wt") as fh:
+        json.dump(gt, fh)
+
+
+def test_run_with_failed_requests_replays_them_and_leaves_them_out(tmp_path, capsys):
+    """Failed requests (input_tokens 0, no TTFT or E2E) are replayed (0 tokens as 1), left
+    out of the comparison, counted and reported; a request that did not fail still needs a
+    prompt."""
+    path = write_run(tmp_path / "data")
+    _fail_requests(path, {3: {"has_error": True}, 30: {"has_error": True, "ttft_s": None,
+                                                       "e2e_s": None}})
+    run = load_measured(path)
+    assert run.requests["has_error"].sum() == 2 and math.isnan(run.requests["ttft_s"].iloc[3])
+    rep = replay(run)
+    sim = rep.result.requests
+    assert len(sim) == 40 and (sim["status"] == "completed").all()
+    assert sim["prompt_tokens"].iloc[3] == 1 and sim["output_tokens_requested"].iloc[30] == 1
+    for subset in ("all", "consistent"):
+        n = rep.comparison.query(f"subset == '{subset}' and scope == 'all' and metric == 'E2E' "
+                                 "and stat == 'mean'").n
+        assert int(n.iloc[0]) == 38
+    assert any(n.startswith("2 requests have has_error") for n in rep.notes)
+    assert any("2 failed requests record 0 input tokens" in n for n in rep.notes)
+    assert not any("record 0 output tokens" in n for n in rep.notes)
+    out = tmp_path / "out"
+    assert main(["replay", str(path), "--out", str(out), "--quiet", "--no-report"]) == 0
+    doc = json.loads((out / "replay.json").read_text())
+    assert doc["requests"] == 40 and doc["failed_requests"] == 2
+    # a request that did not fail: 0 input tokens, or a missing TTFT, is still refused
+    path = write_run(tmp_path / "data2")
+    _fail_requests(path, {5: {"has_error": False}})
+    capsys.readouterr()
+    assert main(["replay", str(path), "--quiet"]) == 2
+    assert "requests[5]: input_tokens: expected an integer >= 1, got 0" in _one_error(capsys)
+
+
 def test_flag_miscounts_uses_neighbours():
     n = 200
     req = pd.DataFrame({"output_tokens": np.full(n, 250), "ttft_s": 0.05,

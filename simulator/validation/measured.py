@@ -175,11 +175,14 @@ class _Rows:
         return TraceError(f"{self.origin} {self.where(i)}: {col}: expected {expected}, "
                           f"got {show(value)}")
 
-    def ints(self, values: list, col: str, lo: int) -> np.ndarray:
+    def ints(self, values: list, col: str, lo: int, ok=None) -> np.ndarray:
+        """Integers >= ``lo``; a failed request (``ok`` False) may record 0 (a failure
+        before the engine saw its prompt)."""
         out = np.empty(len(values), np.int64)
         for i, v in enumerate(values):
-            if not _is_int(v) or v < lo or abs(v) > 2**53:
-                raise self.fail(i, col, f"an integer >= {lo}", v)
+            least = lo if ok is None or ok[i] else min(lo, 0)
+            if not _is_int(v) or v < least or abs(v) > 2**53:
+                raise self.fail(i, col, f"an integer >= {least}", v)
             out[i] = int(v)
         return out
 
@@ -249,11 +252,13 @@ def _field_list(doc: Any, origin: str, key: str) -> list[dict]:
     return items
 
 
-def _column(items: list[dict], key: str, origin: str, where, required: bool = True) -> list:
+def _column(items: list[dict], key: str, origin: str, where, required: Any = True) -> list:
+    """``key`` of every item (None where absent); ``required``: True, False, or per item
+    (a failed request may lack its times)."""
     out = []
     for i, item in enumerate(items):
         if key not in item:
-            if required:
+            if required is True or (required is not False and required[i]):
                 raise TraceError(f"{origin} {where(i)}: {key}: missing")
             out.append(None)
         else:
@@ -286,8 +291,6 @@ def load_vllm_run(path: str | Path) -> MeasuredRun:
     index = rows.ints(_column(items, "index", origin, rq_where), "index", 0)
     arrival_us = rows.floats(_column(items, "arrival_time_us", origin, rq_where),
                              "arrival_time_us")
-    inp = rows.ints(_column(items, "input_tokens", origin, rq_where), "input_tokens", 1)
-    out = rows.ints(_column(items, "output_tokens", origin, rq_where), "output_tokens", 0)
     err = rows.bools(_column(items, "has_error", origin, rq_where, required=False), "has_error")
     _unique(index, origin, "requests", "index")
 
@@ -312,12 +315,15 @@ def load_vllm_run(path: str | Path) -> MeasuredRun:
                          f"({len(missing):,} missing)")
     order = np.array([pos[int(k)] for k in index], np.int64)
     err = err | gt_err[order]
-    ok = ~err
+    ok = ~err  # a failed request may record 0 input tokens and no times
+    inp = rows.ints(_column(items, "input_tokens", origin, rq_where), "input_tokens", 1, ok)
+    out = rows.ints(_column(items, "output_tokens", origin, rq_where), "output_tokens", 0)
     gt_sorted = [gt_items[j] for j in order]
     where_gt = (lambda i: gt_where(int(order[i])))  # noqa: E731
     grows2 = _Rows(gt_origin, where_gt)
-    ttft = grows2.floats(_column(gt_sorted, "ttft_s", gt_origin, where_gt), "ttft_s", 0.0, ok)
-    e2e = grows2.floats(_column(gt_sorted, "e2e_s", gt_origin, where_gt), "e2e_s", 0.0, ok)
+    ttft = grows2.floats(_column(gt_sorted, "ttft_s", gt_origin, where_gt, ok), "ttft_s", 0.0,
+                         ok)
+    e2e = grows2.floats(_column(gt_sorted, "e2e_s", gt_origin, where_gt, ok), "e2e_s", 0.0, ok)
     bad = np.flatnonzero(ok & (e2e < ttft))
     if len(bad):
         i = int(bad[0])
@@ -490,8 +496,8 @@ def load_csv(path: str | Path) -> MeasuredRun:
         len(lines), bool)
     ok = ~err
     arrival = rows.floats(parse(cols["arrival_s"]), "arrival_s", -math.inf)
-    inp = rows.ints(parse(cols["input_tokens"]), "input_tokens", 1)
-    out = rows.ints(parse(cols["output_tokens"]), "output_tokens", 1)
+    inp = rows.ints(parse(cols["input_tokens"]), "input_tokens", 1, ok)
+    out = rows.ints(parse(cols["output_tokens"]), "output_tokens", 1, ok)
     ttft = rows.floats(parse(cols["ttft_s"]), "ttft_s", 0.0, ok)
     e2e = rows.floats(parse(cols["e2e_s"]), "e2e_s", 0.0, ok)
     bad = np.flatnonzero(ok & (e2e < ttft))
@@ -564,7 +570,11 @@ def request_notes(run: MeasuredRun) -> list[str]:
     if n_err:
         notes.append(f"{n_err:,} requests have has_error: replayed, left out of the "
                          "comparison")
-    zero = int((req["output_tokens"] < 1).sum())
+    no_prompt = int((req["input_tokens"] < 1).sum())
+    if no_prompt:
+        notes.append(f"{no_prompt:,} failed requests record 0 input tokens: replayed with a "
+                     "1-token prompt")
+    zero = int(((req["output_tokens"] < 1) & ~req["has_error"]).sum())
     if zero:
         notes.append(f"{zero:,} requests record 0 output tokens though they streamed a "
                          "first token: replayed with 1")

@@ -89,7 +89,9 @@ def replay_scenario(run: MeasuredRun, base: str | Path | None = None, *, model: 
     Layers, later wins: the run (model, GPU, TP, engine flags), the ``base`` YAML (any
     scenario keys; its workload is ignored), then the flags. A run's engine flag is dropped
     where the base sets that flag or the key it maps to; its KV block count is dropped when
-    the model, hardware or TP differ from the run's (it no longer describes that memory).
+    the model, hardware or TP differ from what the run names (it no longer describes that
+    memory). What the run does not name (a run without measured.csv names no GPU) is taken
+    to be the run's own, so its block count is kept.
     """
     notes: list[str] = []
     user: dict[str, Any] = {}
@@ -144,21 +146,26 @@ def replay_scenario(run: MeasuredRun, base: str | Path | None = None, *, model: 
     blocks = sc.get("engine", {}).get("num_gpu_blocks_override") if isinstance(
         sc.get("engine"), dict) else None
     if blocks is not None and run.fmt == "vllm_runs" and "num_gpu_blocks_override" in engine:
-        changed = [what for what, mine, theirs in
-                   (("model", sc["model"], run.model), ("hardware", hw.get("accelerator"),
-                                                        run.hardware),
-                    ("tensor parallelism", hw.get("tensor_parallel", 1), run.tp))
-                   if mine != theirs]
+        named = (("model", sc["model"], run.model), ("hardware", hw.get("accelerator"),
+                                                      run.hardware),
+                 ("tensor parallelism", hw.get("tensor_parallel", 1), run.tp))
+        changed = [what for what, mine, theirs in named if theirs is not None and mine != theirs]
+        unnamed = [(what, mine) for what, mine, theirs in named if theirs is None]
         if changed:
             sc["engine"].pop("num_gpu_blocks_override")
             notes.append(f"the run's KV block count ({blocks:,}) is not used: the "
                          f"{' and '.join(changed)} {'differs' if len(changed) == 1 else 'differ'}"
                          " from the run's; KV is sized from memory")
+        elif unnamed:
+            notes.append(f"the run's KV block count ({blocks:,}) is kept: the run does not "
+                         f"name its {' or '.join(w for w, _ in unnamed)}; "
+                         f"{' and '.join(str(m) for _, m in unnamed)} taken to be the run's")
     return sc, notes
 
 
 def replay_trace(run: MeasuredRun) -> pd.DataFrame:
-    """The run's requests as a trace: exact arrivals and token counts (0 outputs as 1)."""
+    """The run's requests as a trace: exact arrivals and token counts (0 tokens as 1, the
+    traces' rule: a failed request may record a 0-token prompt)."""
     req = run.requests
     n = len(req)
     blocks = np.empty(n, dtype=object)
@@ -167,7 +174,7 @@ def replay_trace(run: MeasuredRun) -> pd.DataFrame:
         "arrival_s": req["arrival_s"].to_numpy(np.float64),
         "request_id": np.arange(n, dtype=np.int64),
         "session_id": np.full(n, -1, np.int64), "turn": np.zeros(n, np.int64),
-        "prompt_tokens": req["input_tokens"].to_numpy(np.int64),
+        "prompt_tokens": np.maximum(req["input_tokens"].to_numpy(np.int64), 1),
         "output_tokens": np.maximum(req["output_tokens"].to_numpy(np.int64), 1),
         "workload_class": np.array(req["stage"].astype(str).map(lambda s: f"stage {s}"), object),
         "prefix_block_ids": blocks, "temperature": np.zeros(n),
@@ -448,6 +455,7 @@ def summary_json(rep: Replay) -> dict[str, Any]:
         "kv_blocks_per_worker": m.get("kv_blocks_per_worker"),
         "calibration": m.get("calibration"), "calibration_values": m.get("calibration_values"),
         "requests": len(run.requests),
+        "failed_requests": int(run.requests["has_error"].sum()),
         "stages": [{"name": s.name, "start_s": s.start_s, "end_s": s.end_s, "rate": s.rate,
                     "requests": int((run.requests["stage"] == s.name).sum())}
                    for s in run.stages],
@@ -457,6 +465,8 @@ def summary_json(rep: Replay) -> dict[str, Any]:
                           "arrival)",
             "error_pct": "100 x (predicted - measured) / measured",
             "subset_all": "requests without has_error that the simulator completed",
+            "failed_requests": "requests with has_error: replayed (0 tokens as 1), left out "
+                               "of every subset",
             "subset_consistent": "of those, the ones whose recorded output count agrees with "
                                  "their measured decode time",
             "itl": "the simulator's per-token gaps (its ITL histogram) vs the measured "
