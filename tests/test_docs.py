@@ -96,3 +96,10 @@ def test_scenario_reference_is_generated_from_the_schema():
     sr = _script("schema_reference")
     assert sr.page_reference(sr.PAGE.read_text()) == sr.reference(), (
         "docs/scenario-reference.md is stale: run python benchmarks/schema_reference.py --write")
+
+
+def test_moe_table_one_client_rows_are_what_the_script_prints_now():
+    moe = _script("moe_drafters")
+    have = [r for r in moe.page_rows(moe.PAGE.read_text()) if r.startswith("| 1 |")]
+    assert moe.rows(1, 160) == have, (
+        "docs/speculation.md's MoE table is stale: run python benchmarks/moe_drafters.py --write")
