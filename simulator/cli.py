@@ -175,12 +175,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from specsim.simulator.report.output import check_destination
+    from specsim.outputs import check_folder
     from specsim.simulator.validation.replay import load_measured, replay, tables, write_replay
 
     console = _err_console()
     if args.out:  # a place we may not write is refused before any simulating
-        check_destination(Path(args.out), args.force)
+        check_folder(Path(args.out), args.force)
     if args.tp is not None and args.tp < 1:
         from specsim.errors import ScenarioError
 
@@ -248,7 +248,14 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
     if getattr(args, "catalog", False):
         from specsim.cost_models.catalog_schema import catalog_json_schema as json_schema
-    print(json.dumps(json_schema(), indent=2))
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if args.out is not None:
+        from specsim.outputs import write_file
+
+        write_file(args.out, text, args.force, "--out")
+        print(f"wrote {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -391,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.set_defaults(func=cmd_report)
     sch = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
     sch.add_argument("--catalog", action="store_true", help="the catalog entries' schema instead")
+    sch.add_argument("--out", metavar="FILE", help="write the schema to FILE instead of "
+                     "standard output (not over an existing file unless --force)")
+    sch.add_argument("--force", action="store_true", help="replace an existing --out file")
     sch.set_defaults(func=cmd_schema)
     from specsim.cost_models.calibrate.cli import add_calibrate_command
     from specsim.traces.cli import add_trace_commands
@@ -416,14 +426,33 @@ def user_errors() -> tuple[type[Exception], ...]:
     return ScenarioError, CatalogError, TraceError
 
 
+#: the flags that name a place specsim writes (an empty one would silently write nothing)
+_WRITE_FLAGS = ("out", "png")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A user error is one line and exit 2; Ctrl-C and SIGTERM clean up
+    (no staging folder stays) and exit 130 / 143; a closed standard output ends quietly."""
+    from specsim.outputs import StdoutClosed, Terminated, guarded_process
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with guarded_process():
+            for flag in _WRITE_FLAGS:
+                if getattr(args, flag, None) == "":
+                    from specsim.errors import ScenarioError
+
+                    raise ScenarioError(f"--{flag}: expected a path, got an empty one")
+            return int(args.func(args) or 0)
     except user_errors() as exc:
         print(f"specsim: error: {exc}", file=sys.stderr)
         return 2
+    except StdoutClosed:  # `specsim schema | head`: the reader has what it wanted
+        return 141
+    except Terminated:
+        print("specsim: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("specsim: interrupted", file=sys.stderr)
         return 130

@@ -192,7 +192,7 @@ def test_never_overwrites_without_force_and_writes_atomically(tmp_path, capsys, 
     Path("p.yaml").write_text("mine: {}\n")
     code, cap = _cli(["acceptance", "import", "--from", "prometheus", "m.txt", "--out",
                       "p.yaml"], capsys)
-    assert code == 2 and "p.yaml: exists; pass --force" in cap.err
+    assert code == 2 and "p.yaml: already exists; pass --force" in cap.err
     assert Path("p.yaml").read_text() == "mine: {}\n"
     code, cap = _cli(["acceptance", "import", "--from", "prometheus", "m.txt", "--out",
                       "p.yaml", "--force", "--name", "ours", "--class", "code"], capsys)

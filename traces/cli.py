@@ -121,12 +121,12 @@ def run_stats(args: argparse.Namespace) -> int:
     """``trace stats``: tables (or JSON) and an optional PNG."""
     from rich.console import Console
 
-    from specsim.traces.files import check_file_destination, write_atomically
+    from specsim.outputs import check_file, write_file
     from specsim.traces.loaders import load_trace
     from specsim.traces.stats import trace_stats
 
-    if args.png:  # checked before reading the trace
-        check_file_destination(args.png, args.force, "--png")
+    if args.png is not None:  # checked before reading the trace
+        check_file(args.png, args.force, "--png")
     df = load_trace(args.file, args.format, keep_failed=args.keep_failed)
     stats = trace_stats(df, args.window)
     stats["file"] = str(args.file)
@@ -135,8 +135,8 @@ def run_stats(args: argparse.Namespace) -> int:
     if args.png:
         from specsim.traces.plot import plot_trace
 
-        write_atomically(Path(args.png), lambda tmp: plot_trace(
-            df, stats, tmp, title=Path(args.file).name), "--png")
+        write_file(args.png, lambda tmp: plot_trace(df, stats, tmp, title=Path(args.file).name),
+                   args.force, "--png")
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
@@ -158,18 +158,17 @@ def run_fit(args: argparse.Namespace) -> int:
     """``trace fit``: print or write the fitted ``workload:`` section."""
     from rich.console import Console
 
-    from specsim.traces.files import check_file_destination, write_atomically
+    from specsim.outputs import check_file, write_file
     from specsim.traces.fit import fit_synthetic, fitted_yaml
     from specsim.traces.loaders import load_trace
 
-    if args.out:  # checked before reading the trace
-        check_file_destination(args.out, args.force, "--out")
+    if args.out is not None:  # checked before reading the trace
+        check_file(args.out, args.force, "--out")
     df = load_trace(args.file, args.format)
     section = fit_synthetic(df, args.arrival, args.lengths, args.window, args.workload_class)
     text = fitted_yaml(section, args.file, len(df))
     if args.out:
-        write_atomically(Path(args.out), lambda tmp: tmp.write_text(text, encoding="utf-8"),
-                         "--out")
+        write_file(args.out, text, args.force, "--out")
         Console(stderr=True).print(f"fitted workload written to {args.out}")
     else:
         sys.stdout.write(text)
@@ -178,6 +177,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m specsim.traces.cli``), mirroring how specsim runs these."""
+    from specsim.errors import ScenarioError
     from specsim.traces.errors import TraceError
 
     parser = argparse.ArgumentParser(prog="specsim")
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
-    except TraceError as exc:
+    except (TraceError, ScenarioError) as exc:
         print(f"specsim: error: {exc}", file=sys.stderr)
         return 2
 

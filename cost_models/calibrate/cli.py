@@ -50,7 +50,7 @@ def add_calibrate_command(subparsers: argparse._SubParsersAction,
                    help="with --from-profiles: the chip whose tables to fit (h100, a100, or a "
                         "catalog name such as H100-SXM)")
     c.add_argument("--force", action="store_true",
-                   help="with --from-profiles: overwrite --out if it exists")
+                   help="replace an existing --out file (never a folder or a link)")
     c.set_defaults(func=cmd_calibrate, simulate_runs=simulate_runs)
     return c
 
@@ -71,15 +71,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if getattr(args, "from_profiles", None):
         return _cmd_from_profiles(args)
     if args.from_measurements:
-        from ..errors import CatalogError
+        from specsim.outputs import check_file
+
         from .fit import fit_from_measurements, write_profile
 
-        result, profile = fit_from_measurements(args.from_measurements, name=args.name)
         out = Path(args.out or f"{Path(args.from_measurements).stem}-calibration.yaml")
-        try:
-            write_profile(profile, out)
-        except OSError as exc:
-            raise CatalogError(f"--out {out}: cannot be written ({exc.strerror or exc})") from None
+        check_file(out, args.force)  # before the fit, not after it
+        result, profile = fit_from_measurements(args.from_measurements, name=args.name)
+        write_profile(profile, out, force=args.force)
         cal = result.calibration
         one = profile.get("rows_with_one_pass", 0)
         if one:
@@ -95,21 +94,22 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from . import require_torch
 
     require_torch()
+    from specsim.outputs import check_file
+
     from .run import calibrate
 
     out = args.out or f"calibration-{args.device}.yaml"
-    if Path(out).is_dir():  # say so now, not after minutes of timing
-        from ..errors import CatalogError
-
-        raise CatalogError(f"--out {out}: is a directory (give the profile's file name)")
+    check_file(out, args.force)  # say so now, not after minutes of timing
     calibrate(device=args.device, quick=args.quick, out=out, dtype=args.dtype,
               threads=args.threads, e2e=not args.no_e2e, name=args.name,
-              simulate_runs=args.simulate_runs)
+              simulate_runs=args.simulate_runs, force=args.force)
     return 0
 
 
 def _cmd_from_profiles(args: argparse.Namespace) -> int:
     """``--from-profiles DIR --hardware NAME``: fit, print the held-out errors, write."""
+    from specsim.outputs import check_file
+
     from ..errors import CatalogError
     from .profiles import fit_profiles, resolve_hardware, summary_lines, write_profile
 
@@ -118,8 +118,7 @@ def _cmd_from_profiles(args: argparse.Namespace) -> int:
                            "accelerator)")
     hw, _ = resolve_hardware(args.hardware)
     out = Path(args.out or f"calibration-{hw}.yaml")
-    if out.exists() and not args.force:  # before the fit, not after it
-        raise CatalogError(f"{out}: already exists (use --force to overwrite)")
+    check_file(out, args.force)  # before the fit, not after it
     fit = fit_profiles(args.from_profiles, hw, name=args.name)
     for line in summary_lines(fit):
         print(line)

@@ -565,12 +565,12 @@ def profile_dict(name: str, hardware: str, result: FitResult, source: str,
     return prof
 
 
-def write_profile(profile: dict[str, Any], path: str | Path) -> Path:
-    """Write the profile YAML (creating folders); returns the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(yaml.safe_dump(profile, sort_keys=False, width=100))
-    return p
+def write_profile(profile: dict[str, Any], path: str | Path, force: bool = False) -> Path:
+    """Write the profile YAML (creating folders) by ``specsim.outputs``' rules: atomic, an
+    existing file only with ``force``; returns the path."""
+    from specsim.outputs import write_file
+
+    return write_file(path, yaml.safe_dump(profile, sort_keys=False, width=100), force)
 
 
 def hardware_from_profile(details: dict[str, Any], where: str = "profile") -> HardwareSpec:

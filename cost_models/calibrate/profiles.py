@@ -42,9 +42,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import os
 import re
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -948,25 +946,13 @@ def fit_profiles(root: str | Path, hardware_name: str,
 def write_profile(profile: dict[str, Any], path: str | Path, force: bool = False) -> Path:
     """Write the profile YAML atomically (temp file + rename); an existing file is kept
     unless ``force``."""
-    p = Path(path)
-    if p.exists() and not force:
-        raise CatalogError(f"{p}: already exists (use --force to overwrite)")
-    if p.exists() and p.is_dir():
-        raise CatalogError(f"{p}: is a folder (expected a YAML file path)")
+    from specsim.errors import ScenarioError
+    from specsim.outputs import write_file
+
     try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    except OSError as exc:
-        raise CatalogError(f"{p}: cannot be written ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "w") as fh:
-            yaml.safe_dump(profile, fh, sort_keys=False, width=100)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return p
+        return write_file(path, yaml.safe_dump(profile, sort_keys=False, width=100), force)
+    except ScenarioError as exc:  # this package's own error type, the same one line
+        raise CatalogError(str(exc)) from None
 
 
 def summary_lines(fit: ProfileFit) -> list[str]:

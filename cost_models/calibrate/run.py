@@ -129,7 +129,7 @@ def calibrate(device: str = "cpu", quick: bool = False, out: str | Path | None =
               dtype: str | None = None, threads: int | None = None, e2e: bool = True,
               name: str | None = None, progress: Callable[[str], None] | None = print,
               seed: int = 0, simulate_runs: Callable[..., Any] | None = None,
-              budget_s: dict[str, float] | None = None,
+              budget_s: dict[str, float] | None = None, force: bool = False,
               ) -> tuple[dict[str, Any], FitResult]:
     """Run the benchmark and fit; returns (profile mapping, fit). Writes ``out`` if given.
 
@@ -297,6 +297,6 @@ def calibrate(device: str = "cpu", quick: bool = False, out: str | Path | None =
                 f", torch {torch.__version__}, {_dt.date.today().isoformat()}"),
         extra=extra)
     if out is not None:
-        path = write_profile(profile, out)
+        path = write_profile(profile, out, force=force)
         _say(progress, f"wrote {path}")
     return profile, fit

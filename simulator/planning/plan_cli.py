@@ -27,7 +27,10 @@ def add_plan_command(sub) -> None:
                    help="seconds of arrivals per probe, at least (default 30: a steady state)")
     p.add_argument("--tolerance", type=float, default=0.1,
                    help="bisection stops when the bracket is within this ratio (default 0.1)")
-    p.add_argument("--out", help="folder for plan.csv (new, or one holding only plan.csv)")
+    p.add_argument("--out", help="folder for plan.csv: new or empty (a previous specsim "
+                   "plan only with --force); checked before planning")
+    p.add_argument("--force", action="store_true",
+                   help="replace a previous specsim output in --out (never other files)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_plan)
 
@@ -39,6 +42,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from specsim.errors import ScenarioError
+    from specsim.outputs import check_folder, escape_frame, write_folder
     from specsim.simulator.cluster.engine import load_scenario
     from specsim.simulator.planning.plan import (
         RATE_KEY,
@@ -69,9 +73,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                                 f"({exc.strerror or exc})") from None
     configs = space_points(space) if space else [{}]
     out = Path(args.out) if args.out else None
-    if out is not None and out.exists() and (not out.is_dir() or {
-            p.name for p in out.iterdir()} - {"plan.csv"}):
-        raise ScenarioError(f"--out {out}: exists and holds other files; give a new folder")
+    if out is not None:  # refused before any planning: a bad place costs nothing
+        check_folder(out, args.force)
     if not args.duration > 0:
         raise ScenarioError("--duration: expected a positive number of seconds")
     planner = Planner(args.scenario, slos, args.qps, requests=args.requests,
@@ -104,9 +107,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
                     r.why or "")
     console.print(tab)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = out / ".plan.csv.tmp"
-        df.to_csv(tmp, index=False)
-        tmp.replace(out / "plan.csv")
-        console.print(f"wrote {out / 'plan.csv'}")
+        mode = write_folder(out, lambda tmp: escape_frame(df).to_csv(tmp / "plan.csv",
+                                                                     index=False),
+                            args.force, written_by="specsim plan",
+                            scenario=str(args.scenario))
+        how = " (replaced the previous specsim output there)" if mode == "replace" else ""
+        console.print(f"wrote {out / 'plan.csv'}{how}")
     return 0

@@ -21,7 +21,9 @@ code{background:#f4f4f4;padding:0 .2em}"""
 
 
 def _inline(text: str) -> str:
-    s = html.escape(text, quote=True)
+    # report.md writes user text with & < > as character references (outputs.md_text):
+    # read back as the characters, then escaped once
+    s = html.escape(html.unescape(text), quote=True)
     s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
     s = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
     s = re.sub(r"(?<![\w/])_([^_]+)_(?![\w/])", r"<em>\1</em>", s)

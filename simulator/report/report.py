@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsim.outputs import md_text
 from specsim.simulator.metrics.collector import slo_attainment
 
 DPI = 110
@@ -68,7 +69,7 @@ def _md_table(header: list[str], rows: list[list[str]], align: str | None = None
     align = align or ("l" + "r" * (len(header) - 1))
     sep = ["---:" if a == "r" else ":---" for a in align]
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(sep) + " |"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines += ["| " + " | ".join(md_text(c) for c in r) + " |" for r in rows]  # user names
     return "\n".join(lines)
 
 
@@ -984,7 +985,7 @@ def write_report(result: Any, out_dir: Path, plots: bool = True) -> None:
     v = _View(result)
     m = v.m
     name = m.get("scenario") or v.sc.get("name") or "scenario"
-    parts = [f"# specsim report: {name}", "", _intro(v), "", _calibration_banner(v), "",
+    parts = [f"# specsim report: {md_text(name)}", "", _intro(v), "", _calibration_banner(v), "",
              *([_overload_banner(v), ""] if v.m.get("overload") else []),
              "## Latency", "", _latency_table(v), "",
              "TTFT = first token - arrival (queueing and prefill included). TPOT = (last - "
@@ -1008,7 +1009,7 @@ def write_report(result: Any, out_dir: Path, plots: bool = True) -> None:
         parts += ["## Speculation against none (`--baseline`)", "", base, ""]
     notes = list(dict.fromkeys([*(m.get("notes") or []), *(getattr(result, "notes", None) or [])]))
     parts += ["## Notes", ""]
-    parts += [f"- {n}" for n in notes] if notes else ["None."]
+    parts += [f"- {md_text(n)}" for n in notes] if notes else ["None."]
     parts += ["", "## Plots", ""]
     if not plots:
         parts += ["_Not drawn (`--no-plots`): `specsim report DIR` draws them from this "

@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from specsim.errors import ScenarioError
+from specsim.outputs import atomic_write, clean_stale, temp_name
 from specsim.simulator.cluster.engine import Result
 from specsim.simulator.metrics.iteration_log import read_for_report
 from specsim.simulator.report.output import MARKER
@@ -79,6 +79,18 @@ def detect(folder: str | Path) -> str:
     return BASELINE if isinstance(metrics, dict) and metrics.get("baseline") else RUN
 
 
+def _refuse_foreign(folder: Path) -> None:
+    """A report file the marker does not list was not written by specsim: not replaced."""
+    try:
+        listed = set(json.loads((folder / MARKER).read_text()).get("files", []))
+    except (OSError, ValueError, AttributeError):
+        listed = set()
+    for name in REPORT_FILES:
+        if os.path.lexists(folder / name) and name not in listed:
+            raise ScenarioError(f"{folder}: {name} was not written by specsim (its "
+                                f"{MARKER} does not list it); not replacing it")
+
+
 def rerender(folder: str | Path) -> list[str]:
     """Regenerate the report files of a run, baseline-pair or sweep folder; returns the
     files written."""
@@ -92,8 +104,13 @@ def rerender(folder: str | Path) -> list[str]:
             raise ScenarioError(f"{folder}: could not write the report "
                                 f"({exc.strerror or exc})") from None
     result = _read(folder)
-    tmp = Path(tempfile.mkdtemp(prefix=".report-", dir=folder))
+    _refuse_foreign(folder)
+    # drawn in full into a staging folder first (specsim.outputs' naming: a killed run's is
+    # removed next time), then each file renamed over ours: a full disk leaves the old report
+    clean_stale(folder)
+    tmp = temp_name(folder, "report")
     try:
+        os.mkdir(tmp, 0o777)
         write_report(result, tmp)
         written = sorted(p.name for p in tmp.iterdir())
         for name in REPORT_FILES:  # plots no longer drawn go too (they are ours)
@@ -106,9 +123,13 @@ def rerender(folder: str | Path) -> list[str]:
             info = json.loads(marker.read_text())
             info["files"] = sorted(set(info.get("files", [])) - set(REPORT_FILES)
                                    | set(written))
-            marker.write_text(json.dumps(info, indent=1) + "\n")
         except (OSError, ValueError):
-            pass
+            info = None
+        if isinstance(info, dict):
+            atomic_write(marker, json.dumps(info, indent=1) + "\n")
         return written
+    except OSError as exc:
+        raise ScenarioError(f"{folder}: could not write the report "
+                            f"({exc.strerror or exc})") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -40,9 +40,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -456,24 +454,13 @@ def build_profile(classes: dict[str, Measured], *, source: str, method: str | No
 
 def write_profile(name: str, entry: dict[str, Any], out: Path, force: bool,
                   header: str) -> None:
-    """Atomic write (temp file + rename in the same folder); never over a file without force."""
-    if out.exists() and not force:
-        raise ScenarioError(f"{out}: exists; pass --force to replace it")
-    if out.exists() and not out.is_file():
-        raise ScenarioError(f"{out}: exists and is not a file")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise ScenarioError(f"{out}: no folder {parent}")
+    """By ``specsim.outputs``' rules: atomic, never over a file without force, never
+    through a link; a failure is one line and leaves nothing."""
+    from specsim.outputs import write_file
+
     text = header + yaml.safe_dump({name: entry}, sort_keys=False, width=100,
                                    default_flow_style=None)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, out)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise ScenarioError(f"{out}: cannot write ({exc.strerror or exc})") from None
+    write_file(out, text, force, "--out")
 
 
 def import_profile(source: str, file: str | Path, out: str | Path, *, name: str | None = None,
@@ -489,8 +476,9 @@ def import_profile(source: str, file: str | Path, out: str | Path, *, name: str 
     if form not in FORMS:
         raise ScenarioError(f"--form: expected one of {', '.join(FORMS)}, got {form!r}")
     path, out = Path(file), Path(out)
-    if out.exists() and not force:  # refuse before reading anything
-        raise ScenarioError(f"{out}: exists; pass --force to replace it")
+    from specsim.outputs import check_file
+
+    check_file(out, force, "--out")  # refuse before reading anything
     name = name or out.stem
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
         raise ScenarioError(f"--name: expected letters, digits, '.', '_' or '-', got {name!r}")

@@ -495,30 +495,17 @@ def write_replay(rep: Replay, out_dir: Path, *, force: bool = False,
     requests.csv, the iteration log as ``simulation.iteration_log`` says, report.md) into
     ``out_dir``, by the rules of
     ``report.output`` (checked first, written into a temporary folder, moved into place)."""
-    import datetime as _dt
-    import shutil
-
+    from specsim.outputs import Staging, escape_frame
     from specsim.simulator.metrics.iteration_log import open_log, write_csv
     from specsim.simulator.report import output as o
     from specsim.simulator.validation.plots import replay_figure
 
-    out_dir = Path(out_dir)
-    mode = o.check_destination(out_dir, force)
-    parent = o._abs(out_dir).parent
-    staging = o._staging(out_dir, mode)
-    try:
-        staging.mkdir(parents=True, exist_ok=True)
-        for folder in {parent, staging}:
-            o.clean_stale(folder)
-        tmp = o._temp_dir(staging, out_dir)
-    except OSError as exc:
-        raise ScenarioError(f"--out {out_dir}: cannot write there "
-                            f"({exc.strerror or exc})") from None
-    try:
-        result = rep.result
+    result = rep.result
+    with Staging(out_dir, force) as staging:  # checked again; any failure leaves nothing
+        tmp = staging.tmp
         (tmp / "metrics.json").write_text(o.metrics_json(result))
         with open(tmp / "requests.csv", "w", newline="") as f:
-            write_csv(result.requests, f)
+            write_csv(escape_frame(result.requests), f)
         log = open_log(iteration_log_format(result), tmp)
         log.write(result.iterations)
         log.close()
@@ -526,21 +513,8 @@ def write_replay(rep: Replay, out_dir: Path, *, force: bool = False,
             from specsim.simulator.report.report import write_report
 
             write_report(result, tmp)
-        rep.comparison.to_csv(tmp / "replay.csv", index=False, float_format="%.6g")
+        escape_frame(rep.comparison).to_csv(tmp / "replay.csv", index=False,
+                                            float_format="%.6g")
         (tmp / "replay.json").write_text(json.dumps(summary_json(rep), indent=2) + "\n")
         replay_figure(rep, tmp / "replay.png")
-        files = sorted(p.name for p in tmp.iterdir())
-        (tmp / o.MARKER).write_text(json.dumps({
-            "written_by": "specsim replay", "version": o._version(),
-            "scenario": result.metrics.get("scenario"),
-            "utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "files": files}, indent=1) + "\n")
-        o._move_into_place(tmp, out_dir, mode, parent)
-    except OSError as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ScenarioError(f"--out {out_dir}: could not write the outputs "
-                            f"({exc.strerror or exc}); nothing was left there") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return mode
+        return staging.commit("specsim replay", scenario=result.metrics.get("scenario"))
