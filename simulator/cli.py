@@ -122,6 +122,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             result = run_scenario(source, seed=args.seed, overrides=args.set, stream_to=stream)
         if getattr(args, "baseline", False):
             result = _with_baseline(result, source, args, trace)
+    except OSError as exc:  # the iteration log streamed into staging: a full disk, say
+        if staging is None:
+            raise
+        staging.discard()
+        from specsim.outputs import write_failed
+
+        raise write_failed("--out", args.out, exc) from None
     except BaseException:
         if staging is not None:
             staging.discard()

@@ -379,3 +379,15 @@ def test_sigterm_cleans_the_staging_folder_like_ctrl_c(tmp_path, capsys, monkeyp
     assert capsys.readouterr().err.strip() == "specsim: terminated"
     assert list(tmp_path.iterdir()) == []  # the staging folder went
     assert signal.getsignal(signal.SIGTERM) == before  # restored for whoever called main
+
+
+def test_a_full_disk_while_the_iteration_log_streams(tmp_path, capsys, monkeypatch):
+    from specsim.simulator.metrics import iteration_log
+
+    def full(self, frame):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(iteration_log.ParquetLog, "write", full)
+    assert main(["run", CHAT, "--out", str(tmp_path / "a" / "out"), *SMALL]) == 2
+    assert "No space left on device" in one_error(capsys)
+    assert list(tmp_path.iterdir()) == []

@@ -16,17 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from specsim.errors import ScenarioError
+from specsim.outputs import md_text, unescape_frame
 
 #: rows of the summary table in report.md (summary.csv holds them all)
 MAX_ROWS = 500
 
 
 def _cell(v: Any) -> str:
-    """A user value as a Markdown table cell: one line, no column bar."""
+    """A user value as Markdown shows it: one line, no column bar, no raw HTML."""
     if isinstance(v, float) and v.is_integer() and abs(v) < 1e15:
         v = int(v)
     text = str(v) if v is not None and v == v else "n/a"
-    return " ".join(text.split()).replace("|", "\u00a6") or "(empty)"
+    return md_text(" ".join(text.split()).replace("|", "\u00a6")) or "(empty)"
 
 
 def load(folder: Path) -> tuple[dict[str, Any], Any]:
@@ -40,7 +41,7 @@ def load(folder: Path) -> tuple[dict[str, Any], Any]:
                             f"finish it with `specsim sweep ... --resume --out {folder}`")
     try:
         spec = json.loads((folder / DEFINITION).read_text())
-        table = pd.read_csv(folder / TABLE_CSV)
+        table = unescape_frame(pd.read_csv(folder / TABLE_CSV))  # its text cells as run
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{folder}: not a readable specsim sweep ({exc})") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("grid"), dict):
