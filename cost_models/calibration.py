@@ -158,13 +158,12 @@ def load_profile(ref: str, base_dir: Path | None = None, where: str = "calibrati
         text, origin = bundled.read_text(), f"bundled profile {ref}"
     elif path.is_file():
         origin = str(path)
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except OSError as exc:
-            raise CatalogError(f"{where}: {path}: cannot be read ({exc.strerror or exc})") from None
-        except UnicodeDecodeError:
-            raise CatalogError(f"{where}: {path}: not a UTF-8 text file (a YAML calibration "
-                               "profile was expected)") from None
+        from specsim import safe_read  # lazy: no cycle
+
+        try:  # under the size cap
+            text = safe_read.read_text(path, "a YAML calibration profile")
+        except safe_read.InputError as exc:
+            raise CatalogError(f"{where}: {exc}") from None
     else:
         raise CatalogError(f"{where}: no calibration profile {ref!r} (bundled: "
                            f"{', '.join(list_profiles()) or 'none'}; or give a YAML file path)")
@@ -172,7 +171,7 @@ def load_profile(ref: str, base_dir: Path | None = None, where: str = "calibrati
         from specsim.yamlio import load as load_yaml  # YAML 1.2 numbers; lazy: no cycle
         from specsim.yamlio import load_bundled
 
-        data = load_bundled(text) if origin.startswith("bundled") else load_yaml(text)
+        data = load_bundled(text) if origin.startswith("bundled") else load_yaml(text, origin)
     except yaml.YAMLError as exc:
         raise CatalogError(f"{origin}: not valid YAML ({str(exc).splitlines()[0]})") from None
     return profile_from_dict(data, origin, default_name=ref)

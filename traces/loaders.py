@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from specsim.traces.errors import TraceError, at_line, names
+from specsim import safe_read
+from specsim.traces.errors import TraceError, at_line, names, show
 from specsim.traces.formats import azure, burstgpt, generic, mooncake, vidur
 from specsim.traces.names import FORMATS  # noqa: E402
-from specsim.traces.reading import first_line
+from specsim.traces.reading import first_line, split_header
 
 _CSV_FORMATS = (azure, burstgpt, vidur, generic)
 
@@ -23,9 +24,12 @@ def detect_format(path: Path, origin: str | None = None) -> tuple[str, bool]:
     line = first_line(path, origin)
     if line.startswith("{"):
         try:
-            first = json.loads(line)
+            first = safe_read.json_loads(line)
         except json.JSONDecodeError as exc:
             raise at_line(origin, 1, f"invalid JSON ({exc.msg})") from exc
+        except safe_read.DuplicateKeyError as exc:
+            raise at_line(origin, 1, f"field {show(exc.args[0])} appears twice in one "
+                          "object; give each field once") from None
         if mooncake.matches(first):
             return mooncake.NAME, True
         if generic.matches(first):
@@ -37,7 +41,7 @@ def detect_format(path: Path, origin: str | None = None) -> tuple[str, bool]:
             "(timestamp, input_length, output_length, hash_ids) or generic "
             "(arrival_s, prompt_tokens, output_tokens)",
         )
-    header = [name.strip().strip('"') for name in line.split(",")]
+    header = split_header(line, origin)
     for module in _CSV_FORMATS:
         if module.matches(header):
             return module.NAME, False

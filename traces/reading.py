@@ -2,14 +2,14 @@
 
 CSV is read in chunks as strings and each chunk is turned into numpy arrays at once, so
 a large file never sits in memory as more than one chunk of text plus the final arrays.
-JSON lines are parsed one at a time. Both know the file line of every row.
+JSON lines are parsed one at a time. Both know the file line of every row. Every byte
+comes through ``specsim.safe_read``: a size cap (inflated too), an inflation ratio for
+``.gz``, a line-length cap, and a header of at most ``SPECSIM_MAX_COLUMNS`` distinct names.
 """
 
 from __future__ import annotations
 
 import csv
-import gzip
-import io
 import json
 import math
 import re
@@ -22,10 +22,11 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from specsim import safe_read
+from specsim.safe_read import is_gzip  # noqa: F401  (the traces' name for it)
 from specsim.traces.errors import TraceError, at_line, names, show
 
 CHUNK_ROWS = 250_000
-_GZIP_MAGIC = b"\x1f\x8b"
 #: The largest integer (token count, id) a trace may hold: 2^53, exact in float64.
 MAX_INT = 2**53
 #: What reading a damaged, truncated or non-UTF-8 (gzip) file raises.
@@ -34,17 +35,10 @@ READ_ERRORS = (OSError, UnicodeDecodeError, EOFError, zlib.error)
 _ID_RANGE = (-(2**63), 2**63 - 1)
 
 
-def is_gzip(path: Path) -> bool:
-    """True when ``path`` is gzip-compressed, judged by its magic bytes, not its name."""
-    with open(path, "rb") as fh:
-        return fh.read(2) == _GZIP_MAGIC
-
-
-def open_text(path: Path) -> IO[str]:
-    """Open ``path`` for reading text, decompressing gzip transparently."""
-    if is_gzip(path):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8-sig", newline="")
-    return open(path, encoding="utf-8-sig", newline="")  # -sig: a byte order mark is skipped
+def open_text(path: Path, origin: str | None = None) -> IO[str]:
+    """Open ``path`` for reading text, decompressing gzip transparently, under the caps of
+    ``safe_read`` (size, inflation ratio, line length)."""
+    return safe_read.open_text(path, origin or str(path))
 
 
 def first_line(path: Path, origin: str) -> str:
@@ -55,7 +49,7 @@ def first_line(path: Path, origin: str) -> str:
 def _first_line(path: Path, origin: str) -> tuple[int, str]:
     """``(line number, text)`` of the first non-blank line of ``path``."""
     try:
-        with open_text(path) as fh:
+        with open_text(path, origin) as fh:
             for number, line in enumerate(fh, start=1):
                 if line.strip():
                     return number, line.strip().lstrip("\ufeff")
@@ -64,9 +58,15 @@ def _first_line(path: Path, origin: str) -> tuple[int, str]:
     raise at_line(origin, 1, "empty file: expected a header line or a JSON object")
 
 
+def split_header(line: str, origin: str, number: int = 1) -> list[str]:
+    """A CSV header line's column names: at most ``SPECSIM_MAX_COLUMNS``, each once."""
+    return safe_read.check_columns((name.strip().strip('"') for name in line.split(",")),
+                                   f"{origin} line {number}")
+
+
 def _csv_header(path: Path, origin: str) -> tuple[int, list[str]]:
     number, line = _first_line(path, origin)
-    return number, [name.strip().strip('"') for name in line.split(",")]
+    return number, split_header(line, origin, number)
 
 
 def iter_csv_chunks(
@@ -105,17 +105,20 @@ def iter_csv_chunks(
     wanted = list(dict.fromkeys([*required, *keep, *(c for c in optional if c in header)]))
     any_rows = False
     try:
+        stream = safe_read.open_binary(path, origin)
+    except READ_ERRORS as exc:
+        raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
+    try:
         # All columns are read (not usecols) so that a row with too many fields is an error;
         # index_col=False stops pandas from taking a first row with one field too many as
         # "the first column is the index" (it warns instead, and the warning is an error).
         reader = pd.read_csv(
-            path,
+            stream,
             dtype=str,
             na_filter=False,
             skip_blank_lines=False,
             skipinitialspace=True,
             chunksize=chunk_rows,
-            compression="gzip" if is_gzip(path) else None,
             encoding="utf-8-sig",
             index_col=False,
             skiprows=header_line - 1,  # blank lines above the header
@@ -139,6 +142,8 @@ def iter_csv_chunks(
         raise _parser_error(exc, origin) from exc
     except READ_ERRORS as exc:
         raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
+    finally:
+        stream.close()
     if not any_rows:
         raise at_line(origin, header_line + 1, "no requests after the header line")
 
@@ -162,7 +167,7 @@ def _chunks(
 def _too_many_fields(path: Path, origin: str, fields: int) -> TraceError:
     """The first line with more than ``fields`` fields (pandas does not say which)."""
     try:
-        with open_text(path) as fh:
+        with open_text(path, origin) as fh:
             for number, row in enumerate(csv.reader(fh), start=1):
                 if len(row) > fields:
                     return at_line(origin, number, f"expected {fields} fields, saw {len(row)}")
@@ -264,15 +269,18 @@ def iter_json_lines(path: Path, origin: str) -> Iterator[tuple[int, dict[str, An
     """Yield ``(line_number, object)`` for each non-blank line; TraceError on bad JSON."""
     seen = False
     try:
-        with open_text(path) as fh:
+        with open_text(path, origin) as fh:
             for number, line in enumerate(fh, start=1):
                 text = line.strip()
                 if not text:
                     continue
                 try:
-                    obj = json.loads(text)
+                    obj = safe_read.json_loads(text)
                 except json.JSONDecodeError as exc:
                     raise at_line(origin, number, f"invalid JSON ({exc.msg})") from exc
+                except safe_read.DuplicateKeyError as exc:
+                    raise at_line(origin, number, f"field {show(exc.args[0])} appears twice "
+                                  "in one object; give each field once") from None
                 if not isinstance(obj, dict):
                     raise at_line(
                         origin, number, f"expected a JSON object, got {type(obj).__name__}"

@@ -17,6 +17,7 @@ leave-one-model-out error says how well they transfer.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -78,6 +79,23 @@ def _start(cal: Calibration, name: str) -> float:
     return float(v) / _scale(name)
 
 
+def _bounds(params: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Physical bounds in optimiser units: seconds >= 0 (at most 50 ms), efficiencies in
+    (0.05, 1], the small-matmul half-point up to 10k tokens, other factors up to 1.5."""
+    lo = np.array([0.05 if not p.endswith("_s") else 0.0 for p in params])
+    hi = np.array([1.0 if p.startswith("eta") else 1e4 if p == "matmul_half_tokens" else 1.5
+                   if not p.endswith("_s") else 50.0 for p in params])
+    return lo, hi
+
+
+def _residuals(samples: Sequence[StageSample], cal: Calibration, params: Sequence[str],
+               z: np.ndarray, train: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    """Relative step-time error of the training samples at optimiser values ``z``."""
+    c = _with(cal, params, z)
+    pred = np.array([stage_step_s(s, c) for s, t in zip(samples, train, strict=True) if t])
+    return pred / measured[train] - 1.0
+
+
 def fit_engine(samples: Sequence[StageSample], cal: Calibration,
                holdout: Sequence[bool] | None = None,
                params: Sequence[str] = ENGINE_PARAMS,
@@ -91,14 +109,10 @@ def fit_engine(samples: Sequence[StageSample], cal: Calibration,
     """
     measured = np.array([s.step_s for s in samples])
     train = ~np.asarray(holdout if holdout is not None else [False] * len(samples), bool)
-    lo = np.array([0.05 if not p.endswith("_s") else 0.0 for p in params])
-    hi = np.array([1.0 if p.startswith("eta") else 1e4 if p == "matmul_half_tokens" else 1.5
-                   if not p.endswith("_s") else 50.0 for p in params])
+    lo, hi = _bounds(params)
 
     def resid(z: np.ndarray) -> np.ndarray:
-        c = _with(cal, params, z)
-        pred = np.array([stage_step_s(s, c) for s, t in zip(samples, train, strict=True) if t])
-        return pred / measured[train] - 1.0
+        return _residuals(samples, cal, params, z, train, measured)
 
     z0 = np.clip([_start(cal, p) for p in params], lo + 1e-6, hi - 1e-6)
     if tuple(params) == ENGINE_PARAMS:
@@ -108,17 +122,120 @@ def fit_engine(samples: Sequence[StageSample], cal: Calibration,
     return fitted, np.array([stage_step_s(s, fitted) for s in samples])
 
 
+def fits_without(samples: Sequence[StageSample], cal: Calibration, groups: Sequence[str],
+                 params: Sequence[str] = ENGINE_PARAMS) -> dict[str, Calibration]:
+    """Per group, the calibration fitted to every sample outside it (what a replay of that
+    group's runs uses to measure transfer, not the training fit)."""
+    groups = np.asarray(groups)
+    return {str(g): fit_engine(samples, cal, holdout=groups == g, params=params)[0]
+            for g in np.unique(groups)}
+
+
 def leave_one_group_out(samples: Sequence[StageSample], cal: Calibration,
                         groups: Sequence[str],
                         params: Sequence[str] = ENGINE_PARAMS) -> np.ndarray:
-    """Each sample's predicted step time from a fit that never saw its group (its model)."""
-    groups = np.asarray(groups)
-    pred = np.empty(len(samples))
-    for g in np.unique(groups):
-        out = groups == g
-        _, p = fit_engine(samples, cal, holdout=out, params=params)
-        pred[out] = p[out]
-    return pred
+    """Each sample's predicted step time from a fit that never saw its group (its model,
+    its workload)."""
+    fits = fits_without(samples, cal, groups, params)
+    return np.array([stage_step_s(s, fits[str(g)]) for s, g in zip(samples, groups, strict=True)])
+
+
+WORKLOADS = ("codegen", "general")
+
+
+def workload_of(name: str) -> str:
+    """The workload a measured run's name says it ran (the shared runs' names end in
+    ``-codegen`` or ``-general``); ``other`` when it names none."""
+    hits = [w for w in WORKLOADS if w in name.lower()]
+    return hits[0] if len(hits) == 1 else "other"
+
+
+@dataclass(frozen=True)
+class Identified:
+    """What the data say about one fitted parameter (physical units)."""
+
+    name: str
+    value: float
+    std_err: float  # from the Jacobian at the optimum; inf where the data leave it flat
+    # value +- 1.96 std_err, clipped to the bounds (on a bound: the one-sided room the data
+    # would leave it, were it free)
+    ci95: tuple[float, float]
+    at_bound: str  # "lower", "upper" or ""
+    status: str  # identified / poorly identified / at a bound / flat
+    correlated_with: tuple[str, ...]  # free parameters with |correlation| > 0.9
+
+
+REL_CI_IDENTIFIED = 0.5  # 95% interval within +-50% of the value: the data pin it down
+
+
+def identifiability(samples: Sequence[StageSample], cal: Calibration, fitted: Calibration,
+                    params: Sequence[str] = ENGINE_PARAMS) -> list[Identified]:
+    """Which fitted parameters the samples identify, computed from the fit itself.
+
+    At the optimum, the Jacobian J of the relative residuals (central differences in
+    optimiser units) gives the covariance s^2 (J'J)^+ with s^2 = RSS / (n - p_free); a
+    parameter on a bound is held there (the data push it past the physical range) and left
+    out of the covariance (its interval is how far off the bound the data would let it
+    move, were it freed alone). A free parameter whose column of J is (near) zero, or lies in
+    J's null space, is flat: no value is preferred. Correlations over 0.9 name the pairs
+    the data confound."""
+    measured = np.array([s.step_s for s in samples])
+    train = np.ones(len(samples), bool)
+    lo, hi = _bounds(params)
+    z = np.array([getattr(fitted, p) / _scale(p) for p in params], float)
+    r0 = _residuals(samples, cal, params, z, train, measured)
+    span = hi - lo
+    tol = 1e-6 * np.maximum(span, 1.0)
+    at = np.where(z <= lo + tol, "lower", np.where(z >= hi - tol, "upper", ""))
+    jac = np.zeros((len(samples), len(params)))
+    for i in range(len(params)):
+        h = 1e-4 * max(abs(z[i]), 1e-2)
+        up, dn = z.copy(), z.copy()
+        up[i] = min(z[i] + h, hi[i])
+        dn[i] = max(z[i] - h, lo[i])
+        jac[:, i] = (_residuals(samples, cal, params, up, train, measured)
+                     - _residuals(samples, cal, params, dn, train, measured)) / (up[i] - dn[i])
+    free = np.flatnonzero(at == "")
+    dof = max(len(samples) - len(free), 1)
+    s2 = float(r0 @ r0) / dof
+    cov = np.full((len(params), len(params)), np.nan)
+    flat = np.zeros(len(params), bool)
+    if len(free):
+        jf = jac[:, free]
+        u, sv, vt = np.linalg.svd(jf, full_matrices=False)
+        small = sv <= 1e-8 * max(sv.max(), 1e-300)
+        for j in np.flatnonzero(small):  # directions the data do not see
+            flat[free[np.abs(vt[j]) > 0.1]] = True
+        inv = (vt.T / np.where(small, np.inf, sv) ** 2) @ vt
+        cov[np.ix_(free, free)] = s2 * inv
+    out = []
+    for i, p in enumerate(params):
+        sc = _scale(p)
+        if at[i]:  # how far off its bound the data would let it move, were it free
+            cols = np.append(free, i)
+            jj = jac[:, cols].T @ jac[:, cols]
+            ok = np.linalg.matrix_rank(jj) == len(cols)
+            se = math.sqrt(max(s2 * np.linalg.inv(jj)[-1, -1], 0.0)) if ok else math.inf
+        else:
+            se = math.inf if flat[i] else math.sqrt(max(cov[i, i], 0.0))
+        lo_ci = max(lo[i], z[i] - 1.96 * se) if math.isfinite(se) else lo[i]
+        hi_ci = min(hi[i], z[i] + 1.96 * se) if math.isfinite(se) else hi[i]
+        if at[i]:
+            status = "at a bound"
+        elif flat[i] or not np.any(jac[:, i]):
+            status = "flat"
+        elif 1.96 * se <= REL_CI_IDENTIFIED * abs(z[i]):
+            status = "identified"
+        else:
+            status = "poorly identified"
+        corr = ()
+        if not at[i] and not flat[i]:
+            corr = tuple(params[j] for j in free if j != i and not flat[j] and cov[i, i] > 0
+                         and cov[j, j] > 0
+                         and abs(cov[i, j]) / math.sqrt(cov[i, i] * cov[j, j]) > 0.9)
+        out.append(Identified(p, float(z[i] * sc), se * sc, (float(lo_ci * sc), float(hi_ci * sc)),
+                              str(at[i]), status, corr))
+    return out
 
 
 SPEC_PARAMS = ("spec_step_overhead_s", "spec_seq_overhead_s", "spec_token_overhead_s")

@@ -384,8 +384,10 @@ def _records(p: Path) -> tuple[list[str], list[tuple[int, list[str]]]]:
     starts on. Records whose cells are all blank (an empty line, a line of spaces, a row of
     only commas as spreadsheets export) are skipped.
     """
-    try:
-        text = p.read_bytes().decode("utf-8-sig")
+    from specsim import safe_read
+
+    try:  # under the size cap
+        text = safe_read.read_bytes(p, "a measurement CSV").decode("utf-8-sig")
     except OSError as exc:
         raise CatalogError(f"{p}: cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:

@@ -135,7 +135,11 @@ def resolve_hardware(name: str) -> tuple[str, str]:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    try:
+    from specsim import safe_read
+
+    try:  # under the size cap; distinct column names (pandas would rename a repeat)
+        safe_read.check_file(path, "a CSV table", safe_read.DATA_BYTES)
+        safe_read.csv_header(path, str(path))
         df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         raise CatalogError(f"{path}: empty file (expected a CSV table with a header row)") from None

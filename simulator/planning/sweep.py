@@ -116,7 +116,7 @@ def parse_set(texts: Iterable[str]) -> dict[str, list[Any]]:
             if not item.strip():
                 raise ScenarioError(f"--set {shown}: an empty value (expected v1,v2,...)")
             try:
-                values.append(yamlio.load(item))
+                values.append(yamlio.load(item, f"--set {key}"))
             except yaml.YAMLError:
                 values.append(item.strip())
         grid[key] = values

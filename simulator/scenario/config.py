@@ -8,18 +8,15 @@ the same checks, and holds the rules that involve two keys.
 from __future__ import annotations
 
 import copy
-import stat
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from specsim import yamlio
+from specsim import safe_read, yamlio
 from specsim.errors import ScenarioError
 from specsim.simulator.scenario import schema
 from specsim.simulator.scenario.schema import Scenario, show
-
-MAX_SCENARIO_BYTES = 64 * 1024**2  # a scenario file is a page of YAML, not a trace
 
 
 def validate(data: Any) -> Scenario:
@@ -49,7 +46,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not all(parts):
         raise ScenarioError(f"--set {shown}: expected a dotted key path like speculation.k")
     try:
-        value = yamlio.load(raw) if raw.strip() else None
+        value = yamlio.load(raw, f"--set {key.strip()}") if raw.strip() else None
     except yaml.YAMLError:
         value = raw
     return parts, value
@@ -83,45 +80,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any] 
     return data
 
 
-def read_text_file(path: Path, what: str = "a YAML scenario") -> str:
-    """The text of a user's file, or a one-line ScenarioError saying why it cannot be read."""
-    path = Path(path)
-    try:
-        st = path.stat()
-    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL in the name
-        raise ScenarioError(f"{path}: no such scenario file") from None
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise ScenarioError(f"{path}: is a folder, not a scenario file")
-    if not stat.S_ISREG(st.st_mode):
-        raise ScenarioError(f"{path}: not a regular file ({what} was expected)")
-    if st.st_size > MAX_SCENARIO_BYTES:
-        raise ScenarioError(f"{path}: {st.st_size / 1e6:,.0f} MB is too large for {what} (at "
-                            f"most {MAX_SCENARIO_BYTES // 1024**2} MB)")
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{path}: not a UTF-8 text file ({what} was expected)") from None
-
-
 def read_yaml(path: Path) -> dict[str, Any]:
-    """A scenario file's top-level mapping (the project loader: ``1e3`` is a number)."""
+    """A scenario file's top-level mapping, read by ``specsim.safe_read`` (size cap, alias
+    budget, no duplicate keys; the project loader: ``1e3`` is a number)."""
     path = Path(path)
-    text = read_text_file(path)
-    try:
-        data = yamlio.load(text)
-    except RecursionError:
-        raise ScenarioError(f"{path}: not valid YAML (nested too deeply)") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ScenarioError(f"{path}{where}: not valid YAML ({problem})") from None
+    data = safe_read.load_yaml(path, "a YAML scenario", noun="scenario file")
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: expected a mapping of scenario keys at the top level")
     return data

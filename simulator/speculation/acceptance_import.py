@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from specsim import safe_read, yamlio
 from specsim.errors import ScenarioError
 
 from .acceptance import MAX_K, parse_profile
@@ -93,12 +94,10 @@ class Measured:
 
 
 def _read_text(path: Path) -> str:
-    if not path.is_file():
-        raise ScenarioError(f"{path}: no such file")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    """The file's text through ``specsim.safe_read`` (size cap; gzip inflated under the
+    ratio cap), or one line saying why not."""
+    return safe_read.read_text(path, "an acceptance measurement", safe_read.DATA_BYTES,
+                               inflate=True)
 
 
 # ---------------------------------------------------------------- (a) Prometheus text
@@ -235,6 +234,7 @@ def parse_csv(text: str, origin: str) -> Measured:
         cells = [c.strip() for c in line.split(",")]
         if header is None:
             header, header_line = [c.lower() for c in cells], n
+            safe_read.check_columns(header, f"{origin} line {n}")
             continue
         rows.append((n, cells))
     if header is None:
@@ -311,8 +311,12 @@ def parse_csv(text: str, origin: str) -> Measured:
 
 def _specdec_runs(path: Path) -> list[dict[str, Any]]:
     text = _read_text(path)
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    try:  # no duplicate keys; YAML under the alias budget
+        data = (safe_read.json_loads(text) if path.suffix == ".json"
+                else yamlio.load(text, str(path)))
+    except safe_read.DuplicateKeyError as exc:
+        raise ScenarioError(f"{path}: key {exc.args[0]!r} appears twice in one object; give "
+                            "each key once") from None
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         line = getattr(exc, "lineno", None)
         mark = getattr(exc, "problem_mark", None)

@@ -29,8 +29,6 @@ import difflib
 import io
 import json
 import math
-import stat
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsim import safe_read
 from specsim.messages import show
 from specsim.traces.errors import TraceError
 
@@ -55,7 +54,6 @@ HARDWARE_NAMES = {"H100-80GB-SXM": "H100-SXM", "A100-80GB-SXM": "A100-SXM-80GB",
 
 CSV_REQUIRED = ("arrival_s", "input_tokens", "output_tokens", "ttft_s", "e2e_s")
 CSV_OPTIONAL = ("stage", "request_id", "has_error")
-MAX_BYTES = 2 * 1024**3  # a measured run is megabytes; refuse anything absurd before reading
 
 #: a request's recorded output count disagrees with its measured decode time when its time
 #: per output token is this many times its neighbours' (see ``flag_miscounts``)
@@ -113,42 +111,18 @@ class MeasuredRun:
 # ------------------------------------------------------------------ reading files
 
 
-def _check_file(path: Path, what: str) -> None:
-    try:
-        st = path.stat()
-    except (FileNotFoundError, NotADirectoryError, ValueError):
-        raise TraceError(f"{path}: no such file ({what} was expected)") from None
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise TraceError(f"{path}: is a folder, not a file ({what} was expected)")
-    if not stat.S_ISREG(st.st_mode):
-        raise TraceError(f"{path}: not a regular file ({what} was expected)")
-    if st.st_size > MAX_BYTES:
-        raise TraceError(f"{path}: {st.st_size / 1e9:,.1f} GB is too large for {what}")
-
-
 def _read_bytes(path: Path, what: str) -> bytes:
-    _check_file(path, what)
-    try:
-        raw = path.read_bytes()
-        if raw[:2] == b"\x1f\x8b":
-            d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-            raw = d.decompress(raw, MAX_BYTES)
-            if d.unconsumed_tail:
-                raise TraceError(f"{path}: decompresses to more than "
-                                 f"{MAX_BYTES / 1e9:.0f} GB; not {what}")
-    except OSError as exc:
-        raise TraceError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except zlib.error as exc:
-        raise TraceError(f"{path}: not a readable gzip file ({exc})") from None
-    return raw
+    """The file's bytes (gzip inflated) through ``specsim.safe_read``'s caps."""
+    return safe_read.read_bytes(path, what, safe_read.DATA_BYTES, inflate=True)
 
 
 def _read_json(path: Path, what: str) -> Any:
     raw = _read_bytes(path, what)
     try:
-        return json.loads(raw.decode("utf-8"))
+        return safe_read.json_loads(raw.decode("utf-8"))
+    except safe_read.DuplicateKeyError as exc:
+        raise TraceError(f"{path}: key {show(exc.args[0])} appears twice in one object ({what} "
+                         "was expected)") from None
     except UnicodeDecodeError:
         raise TraceError(f"{path}: not UTF-8 text ({what} was expected)") from None
     except (json.JSONDecodeError, RecursionError) as exc:
