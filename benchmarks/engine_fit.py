@@ -34,11 +34,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from specsim.cost_models.calibrate.engine_fit import (  # noqa: E402
+    STACK_PARAMS,
     SpecOverheadSample,
     fit_engine,
     fit_spec_overheads,
     leave_one_group_out,
+    operator_tables_values,
     stage_step_s,
+    workload_of,
 )
 from specsim.cost_models.calibrate.profiles import write_profile  # noqa: E402
 from specsim.cost_models.calibration import EXTRA_PARAMS, profile_from_dict  # noqa: E402
@@ -47,9 +50,6 @@ DATA = REPO.parent / "shared" / "data" / "vllm_runs"
 BUNDLED = REPO / "cost_models" / "calibrations"
 FITTED_ON = "H100-SXM"  # the hardware of the measured runs
 TRANSFER_TO = ("A100-SXM-80GB",)
-STACK_PARAMS = ("engine_fixed_s", "engine_per_seq_s", "per_layer_overhead_s",
-                "allreduce_latency_s", "eta_attn_decode", "matmul_half_tokens",
-                "eta_elementwise")
 RUNS_SOURCE = ("8 measured vLLM v1 runs on H100-SXM (../shared/data/vllm_runs: Llama-2-7B TP1, "
                "Llama-2-70B TP4, Mixtral-8x7B TP2, CodeLlama-34B TP2; 16 load stages), "
                "benchmarks/engine_fit.py")
@@ -69,11 +69,6 @@ def spec_overheads() -> dict[str, float]:
                for b, d in A7_TPOT_DELTA]
     fit = fit_spec_overheads(samples, ("spec_step_overhead_s", "spec_seq_overhead_s"))
     return {k: round(v, 9) for k, v in fit.items()}
-
-
-def _operator_values(doc: dict) -> dict:
-    """The operator tables' fit (kept under ``operator_tables_fitted`` once refitted)."""
-    return dict(doc.get("operator_tables_fitted") or doc["fitted"])
 
 
 def _cal(doc: dict, values: dict, origin: str):
@@ -97,12 +92,14 @@ def main(argv: list[str] | None = None) -> int:
                if s.hardware == FITTED_ON]
     path = BUNDLED / f"{FITTED_ON}.yaml"
     doc = yaml.safe_load(path.read_text())
-    op_values = _operator_values(doc)
+    op_values = operator_tables_values(doc)
     base = _cal(doc, op_values, str(path))
     measured = np.array([s.step_s for s in samples])
     before = np.array([stage_step_s(s, base) for s in samples])
     fitted, pred = fit_engine(samples, base, params=STACK_PARAMS)
     lomo = leave_one_group_out(samples, base, [s.model for s in samples], params=STACK_PARAMS)
+    lowo = leave_one_group_out(samples, base, [workload_of(s.label) for s in samples],
+                               params=STACK_PARAMS)
 
     def ape(p: np.ndarray) -> np.ndarray:
         return np.abs(p / measured - 1.0) * 100.0
@@ -110,15 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine-stack fit to {len(samples)} load stages of {len(set(s.label.split(':')[0] for s in samples))} "
           f"measured vLLM runs on {FITTED_ON}")
     print(f"{'run:stage':<48} {'rate':>5} {'rows':>6} {'measured':>9} {'op tables':>10} "
-          f"{'refit':>7} {'held out':>9}   (ms per output token; held out = model left out)")
-    for s, b, p, h in zip(samples, before, pred, lomo, strict=True):
+          f"{'refit':>7} {'LOMO':>7} {'LOWO':>7}   (ms per output token; LOMO / LOWO = "
+          "fitted with the stage's model / workload left out)")
+    for s, b, p, h, w in zip(samples, before, pred, lomo, lowo, strict=True):
         print(f"{s.label[16:]:<48} {s.rate:5.1f} {s.decode_rows:6.1f} {s.step_s * 1e3:9.2f} "
-              f"{b * 1e3:10.2f} {p * 1e3:7.2f} {h * 1e3:9.2f}")
+              f"{b * 1e3:10.2f} {p * 1e3:7.2f} {h * 1e3:7.2f} {w * 1e3:7.2f}")
     quality = {name: {"mean_ape_pct": round(float(ape(v).mean()), 2),
                       "median_ape_pct": round(float(np.median(ape(v))), 2),
                       "max_ape_pct": round(float(ape(v).max()), 2)}
                for name, v in (("operator_tables_only", before), ("refit", pred),
-                               ("leave_one_model_out", lomo))}
+                               ("leave_one_model_out", lomo),
+                               ("leave_one_workload_out", lowo))}
     for name, q in quality.items():
         print(f"{name:<22} mean {q['mean_ape_pct']:5.1f}%  median {q['median_ape_pct']:5.1f}%  "
               f"worst {q['max_ape_pct']:5.1f}%")
@@ -140,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     for hw in (FITTED_ON, *TRANSFER_TO):
         p = BUNDLED / f"{hw}.yaml"
         d = yaml.safe_load(p.read_text())
-        ops = _operator_values(d)
+        ops = operator_tables_values(d)
         new = {**ops, **stack, **spec}
         own = hw == FITTED_ON
         d["fitted"] = new

@@ -29,6 +29,11 @@ from ..catalog import get_hardware, get_model, get_precision
 from ..roofline import ForwardCostModel, attention_area
 
 ENGINE_PARAMS = ("engine_fixed_s", "engine_per_seq_s")
+# what the bundled profiles refit to the measured vLLM runs (benchmarks/engine_fit.py) on top
+# of the operator tables: the engine's CPU work and how its kernels differ from the tables'
+STACK_PARAMS = ("engine_fixed_s", "engine_per_seq_s", "per_layer_overhead_s",
+                "allreduce_latency_s", "eta_attn_decode", "matmul_half_tokens",
+                "eta_elementwise")
 
 
 @dataclass(frozen=True)
@@ -269,3 +274,9 @@ def fit_spec_overheads(samples: Sequence[SpecOverheadSample],
     a = np.array([[cols[p](s) for p in params] for s in samples]) / y[:, None]
     x, _ = nnls(a, np.ones(len(samples)))
     return {p: float(v) for p, v in zip(params, x, strict=True)}
+
+
+def operator_tables_values(doc: dict) -> dict:
+    """A profile's operator-table values, the base the engine stack is refitted on (kept
+    under ``operator_tables_fitted`` once the stack was added)."""
+    return dict(doc.get("operator_tables_fitted") or doc["fitted"])
