@@ -65,6 +65,11 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def is_temp(name: str) -> bool:
+    """Whether ``name`` is one of specsim's temporary entries (a killed run's, or a live one)."""
+    return bool(_TEMP.match(name))
+
+
 def _stale(entry: Path) -> bool:
     m = _TEMP.match(entry.name)
     return bool(m) and not entry.is_symlink() and not pid_alive(int(m.group(1)))
@@ -221,25 +226,25 @@ def write_file(path: str | Path, write: Callable[[Path], None] | str | bytes,
     A failure is a one-line ScenarioError and leaves neither the file nor a folder it made."""
     path = check_file(path, force, flag)
     target = absolute(path)
-    made = _missing(target.parent)
+    made = missing_folders(target.parent)
     try:
         for folder in reversed(made):
             os.mkdir(folder, 0o777)
         clean_stale(target.parent)
         atomic_write(target, write, replace=force)
     except OSError as exc:
-        _remove_empty(made)
+        remove_empty_folders(made)
         if isinstance(exc, FileExistsError):
             raise ScenarioError(f"{flag} {path}: appeared while writing; pass --force to "
                                 "replace it") from None
         raise write_failed(flag, path, exc) from None
     except BaseException:
-        _remove_empty(made)
+        remove_empty_folders(made)
         raise
     return path
 
 
-def _missing(folder: Path) -> list[Path]:
+def missing_folders(folder: Path) -> list[Path]:
     """``folder`` and those of its ancestors that do not exist yet, deepest first."""
     made = []
     folder = absolute(folder)
@@ -249,7 +254,7 @@ def _missing(folder: Path) -> list[Path]:
     return made
 
 
-def _remove_empty(folders: list[Path]) -> None:
+def remove_empty_folders(folders: list[Path]) -> None:
     """Remove the folders specsim made (deepest first) as long as they are empty."""
     for folder in folders:
         try:
@@ -345,7 +350,7 @@ class Staging:
         self.mode = check_folder(self.out_dir, force, flag)
         self.parent = absolute(self.out_dir).parent
         staging = _staging_parent(self.out_dir, self.mode)
-        self._made = _missing(staging)  # removed again if the output is never committed
+        self._made = missing_folders(staging)  # removed again if the output is never committed
         try:
             for folder in reversed(self._made):
                 os.mkdir(folder, 0o777)
@@ -354,12 +359,12 @@ class Staging:
             self.tmp = temp_name(staging, absolute(self.out_dir).name)
             os.mkdir(self.tmp, 0o777)  # the umask applies, as for any folder the user makes
         except OSError as exc:
-            _remove_empty(self._made)
+            remove_empty_folders(self._made)
             raise cannot_write(flag, out_dir, exc) from None
 
     def discard(self) -> None:
         shutil.rmtree(self.tmp, ignore_errors=True)
-        _remove_empty(self._made)
+        remove_empty_folders(self._made)
 
     def commit(self, written_by: str = "specsim", **info: Any) -> str:
         """Write the marker (listing every file staged) and move the output into place;
@@ -455,7 +460,7 @@ def escape_frame(frame: Any) -> Any:
             cats = list(s.cat.categories)
             if any(isinstance(c, str) and _needs_quote(c) for c in cats):
                 changed[name] = s.cat.rename_categories([escape_cell(c) for c in cats])
-        elif pd.api.types.is_object_dtype(s.dtype) or isinstance(s.dtype, pd.StringDtype):
+        elif _is_text(s.dtype):
             if any(isinstance(v, str) and _needs_quote(v) for v in pd.unique(s.to_numpy())):
                 changed[name] = s.map(escape_cell)
     if not changed:
@@ -468,12 +473,17 @@ def escape_frame(frame: Any) -> Any:
 
 def unescape_frame(frame: Any) -> Any:
     """``escape_frame`` undone, for a CSV specsim wrote and reads back."""
-    import pandas as pd
 
     for name in frame.columns:
-        if pd.api.types.is_object_dtype(frame[name].dtype):
+        if _is_text(frame[name].dtype):
             frame[name] = frame[name].map(unescape_cell)
     return frame
+
+
+def _is_text(dtype: Any) -> bool:
+    import pandas as pd
+
+    return pd.api.types.is_object_dtype(dtype) or isinstance(dtype, pd.StringDtype)
 
 
 def md_text(text: Any) -> str:

@@ -391,3 +391,54 @@ def test_a_full_disk_while_the_iteration_log_streams(tmp_path, capsys, monkeypat
     assert main(["run", CHAT, "--out", str(tmp_path / "a" / "out"), *SMALL]) == 2
     assert "No space left on device" in one_error(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------ specsim sweep
+SWEEP = ["sweep", CHAT, "--set", "workload.synthetic.requests=20", "--jobs", "1", "--quiet",
+         "--no-plots"]
+
+
+def test_sweep_refuses_users_files_links_and_bad_places(tmp_path, capsys, no_work,
+                                                        monkeypatch):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "sweep.csv").write_text("the user's own table")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    before = snapshot(tmp_path)
+    cases = [(mine, "did not write"), (tmp_path / "link", "symbolic link"),
+             (afile, "is a file"), (afile / "out", "cannot write there"),
+             ("/proc/specsim-out", "cannot write there"), ("", "expected a path")]
+    for out, needle in cases:
+        for force in ([], ["--force"]):
+            assert main([*SWEEP, "--out", str(out), *force]) == 2, out
+            assert needle in one_error(capsys)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    _deny(monkeypatch, ro)
+    assert main([*SWEEP, "--out", str(ro / "out")]) == 2
+    assert "Permission denied" in one_error(capsys)
+    ro.rmdir()
+    assert snapshot(tmp_path) == before and list((tmp_path / "real").iterdir()) == []
+
+
+def test_sweep_full_disk_leaves_no_half_written_folder(tmp_path, capsys, monkeypatch):
+    _full_disk(monkeypatch)  # the journal's first fsync fails
+    assert main([*SWEEP, "--out", str(tmp_path / "a" / "sweep")]) == 2
+    assert "No space left on device" in one_error(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sweep_tables_escape_formulas_and_the_report_escapes_html(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main([*SWEEP, "--set", 'name==HYPERLINK("x")', "--out", str(out)]) == 0
+    table = pd.read_csv(out / "sweep.csv")
+    assert table["name"].tolist() == ["'=HYPERLINK(\"x\")"]  # a spreadsheet shows text
+    assert pd.read_csv(out / "summary.csv")["name"].tolist() == ["'=HYPERLINK(\"x\")"]
+    assert table["requests_completed"].dtype.kind == "i"  # numbers stay numbers
+    from specsim.simulator.planning.sweep_report import load
+
+    assert load(out)[1]["name"].tolist() == ["=HYPERLINK(\"x\")"]  # read back exactly
+    assert not [p for p in out.iterdir() if outputs.is_temp(p.name)]

@@ -268,8 +268,21 @@ def _version() -> str:
 
 
 def _ours(name: str) -> bool:
-    return name in _OURS or name in _OUR_PNGS or (
+    from specsim.outputs import is_temp
+
+    return name in _OURS or name in _OUR_PNGS or is_temp(name) or (
         name.startswith(".") and ".sweep-tmp-" in name)
+
+
+def _writable(out: Path, mode: str) -> str:
+    """``mode``, once a new or empty ``out`` is known to be writable (before any run)."""
+    from specsim.outputs import cannot_write, probe
+
+    try:
+        probe(out)
+    except OSError as exc:
+        raise cannot_write("--out", out, exc) from None
+    return mode
 
 
 def check_out(out: Path, resume: bool, force: bool) -> str:
@@ -282,13 +295,13 @@ def check_out(out: Path, resume: bool, force: bool) -> str:
     if out.exists() and not out.is_dir():
         raise ScenarioError(f"{where}: is a file, not a folder; nothing was written")
     if not out.exists():
-        return "new"
+        return _writable(out, "new")
     try:
         entries = sorted(out.iterdir(), key=lambda p: p.name)
     except OSError as exc:
         raise ScenarioError(f"{where}: cannot be read ({exc.strerror or exc})") from None
     if not entries:
-        return "empty"
+        return _writable(out, "empty")
     ours = (out / MARKER).is_file() and not (out / MARKER).is_symlink()
     foreign = next((p.name for p in entries
                     if not _ours(p.name) or p.is_symlink() or p.is_dir()), None)
@@ -531,6 +544,7 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
             from specsim.simulator.planning.sweep_dask import connect
 
             cluster = stack.enter_context(connect(scheduler, jobs, scenario, len(todo)))
+        undo = stack.enter_context(_UndoOnFailure(out_path, mode))  # a full disk: nothing
         journal = _open_folder(out_path, mode, spec) if out_path is not None else None
         if on_start:
             on_start({"points": len(points), "seeds": seeds, "runs": total,
@@ -563,9 +577,40 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
     summary = summarize(table, list(grid))
     written, skipped = [], []
     if out_path is not None:
-        written, skipped = write_tables(out_path, table, summary, list(grid), plots)
+        with undo:
+            written, skipped = write_tables(out_path, table, summary, list(grid), plots)
     table.attrs.update(summary=summary, written=written, skipped=skipped)
     return table
+
+
+class _UndoOnFailure:
+    """A sweep into a new or empty folder that cannot be written (a full disk) leaves
+    nothing: its own files go, and the folders it made; one line says why. A resumed or
+    replaced sweep keeps its journal (``--resume`` goes on from it); Ctrl-C keeps it too.
+    Made before the folder is (it notes which folders are missing); used as a context
+    around each step that writes."""
+
+    def __init__(self, out: Path | None, mode: str | None) -> None:
+        from specsim.outputs import missing_folders
+
+        self.out, self.mode = out, mode
+        self.made = missing_folders(out) if out is not None and mode == "new" else []
+
+    def __enter__(self) -> _UndoOnFailure:
+        return self
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        from specsim.outputs import remove_empty_folders, write_failed
+
+        if not isinstance(exc, OSError | ScenarioError) or self.out is None:
+            return
+        if self.mode in ("new", "empty") and self.out.is_dir():
+            for p in self.out.iterdir():
+                if _ours(p.name) and p.is_file() and not p.is_symlink():
+                    p.unlink(missing_ok=True)
+            remove_empty_folders(self.made)
+        if isinstance(exc, OSError):
+            raise write_failed("--out", self.out, exc) from None
 
 
 def _open_folder(out: Path, mode: str | None, spec: dict[str, Any]) -> Journal:
@@ -614,11 +659,14 @@ def write_tables(out: Path, table, summary, keys: list[str],
     """sweep.csv, sweep.parquet, summary.csv (atomically), then the plots the grid supports
     and report.md / report.html, drawn from the folder's own files as ``specsim report``
     draws them; returns (files written, "plot: why skipped" lines)."""
+    from specsim.outputs import escape_frame  # text cells that would run as formulas
+
     try:
-        _atomic_write(out / TABLE_CSV, lambda p: table.to_csv(p, index=False))
+        _atomic_write(out / TABLE_CSV, lambda p: escape_frame(table).to_csv(p, index=False))
         _atomic_write(out / TABLE_PARQUET,
                       lambda p: _parquet_safe(table).to_parquet(p, index=False))
-        _atomic_write(out / SUMMARY_CSV, lambda p: summary.to_csv(p, index=False))
+        _atomic_write(out / SUMMARY_CSV,
+                      lambda p: escape_frame(summary).to_csv(p, index=False))
         written = [TABLE_CSV, TABLE_PARQUET, SUMMARY_CSV, DEFINITION]
         from specsim.simulator.planning.sweep_report import render
 
