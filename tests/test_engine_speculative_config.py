@@ -12,8 +12,8 @@ import yaml
 
 from specsim.simulator.cli import main
 from specsim.simulator.cluster.engine import run_scenario
+from specsim.simulator.registry import DRAFTERS
 from specsim.simulator.scenario import config as cfg
-from specsim.simulator.scenario.schema import SPEC_METHODS
 from specsim.simulator.speculation import engine_config as ec
 from tests.conftest import REPO
 
@@ -90,11 +90,11 @@ def test_vllm_ngram_settings():
                                            "prompt_lookup_min": 2, "prompt_lookup_max": 4},
                "ngram": {"match_rate": 0.5}})
     assert (s.method, s.k, s.ngram.match_rate) == ("ngram", 4, 0.5)
-    note = ec.note(s, SPEC_METHODS)
+    note = ec.note(s)
     assert "prompt_lookup_min 2, prompt_lookup_max 4 recorded" in note
     assert "prompt_lookup_min 5, prompt_lookup_max 5" in ec.note(_spec(
-        {"vllm_speculative_config": {"method": "ngram", "num_speculative_tokens": 4}}),
-        SPEC_METHODS)  # vLLM's default window
+        {"vllm_speculative_config": {"method": "ngram",
+                                     "num_speculative_tokens": 4}}))  # vLLM's default window
     assert _error({"vllm_speculative_config": {"method": "ngram", "num_speculative_tokens": 4,
                                                "prompt_lookup_min": 5, "prompt_lookup_max": 3}}
                   ).startswith("speculation.vllm_speculative_config.prompt_lookup_min: 5 must "
@@ -174,8 +174,8 @@ def test_sglang_missing_steps_are_errors():
     msg = _error({"sglang": {"speculative_algorithm": "EAGLE3"}})
     assert msg.startswith("speculation.sglang.speculative_num_steps: required"), msg
     msg = _error({"sglang": {"speculative_algorithm": "DSPARK"}})
-    assert msg.startswith("speculation.sglang.speculative_algorithm: expected one of EAGLE, "
-                          "EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH"), msg
+    assert msg.startswith("speculation.sglang.speculative_algorithm: expected one of DFLASH, "
+                          "EAGLE, EAGLE3, NEXTN, NGRAM, STANDALONE"), msg
 
 
 # ------------------------------------------------------------------ errors and conflicts
@@ -209,8 +209,8 @@ def test_sglang_missing_steps_are_errors():
     ({"vllm_speculative_config": {"method": "eagle3"}},
      "speculation.vllm_speculative_config.num_speculative_tokens: required"),
     ({"vllm_speculative_config": {"method": "eagle3", "num_speculative_tokens": 65}},
-     "speculation.vllm_speculative_config.num_speculative_tokens: expected an integer in "
-     "[1, 64], got 65"),
+     "speculation.vllm_speculative_config.num_speculative_tokens: expected an integer at "
+     "most 64, got 65"),
     ({"vllm_speculative_config": {"method": "eagle3", "num_speculative_tokens": True}},
      "speculation.vllm_speculative_config.num_speculative_tokens: expected an integer, got "
      "True"),
@@ -260,7 +260,7 @@ def test_method_none_switches_an_engine_config_off():
     s = _spec({"vllm_speculative_config": {"method": "eagle3", "num_speculative_tokens": 4},
                "method": "none"})
     assert s.method == "none" and s.vllm_speculative_config["method"] == "eagle3"
-    assert "switched off" in ec.note(s, SPEC_METHODS)
+    assert "switched off" in ec.note(s)
 
 
 def test_draft_tensor_parallel_size_must_be_the_targets():
@@ -271,13 +271,13 @@ def test_draft_tensor_parallel_size_must_be_the_targets():
                           "differs from hardware.tensor_parallel 2"), msg
     s = _spec({"vllm_speculative_config": {**vc, "draft_tensor_parallel_size": 2}}, hardware=hw)
     assert s.method == "eagle3"
-    assert "draft_tensor_parallel_size 2 recorded" in ec.note(s, SPEC_METHODS)
+    assert "draft_tensor_parallel_size 2 recorded" in ec.note(s)
 
 
 def test_the_mapping_is_pure():
     cfg_in = {"method": "deepseek_mtp", "num_speculative_tokens": 2}
     before = json.dumps(cfg_in)
-    m = ec.map_engine_config("vllm_speculative_config", cfg_in, SPEC_METHODS)
+    m = ec.map_engine_config("vllm_speculative_config", cfg_in)
     assert json.dumps(cfg_in) == before
     assert m.keys == {"method": "mtp", "k": 2}
     assert m.origin == {"method": "method", "k": "num_speculative_tokens"}
@@ -287,13 +287,13 @@ def test_suffix_maps_onto_suffix_decoding():
     s = _spec({"vllm_speculative_config": {"method": "suffix", "num_speculative_tokens": 8,
                                            "suffix_decoding_max_tree_depth": 24}})
     assert (s.method, s.k) == ("suffix", 8)
-    assert "suffix_decoding_max_tree_depth recorded" in ec.note(s, SPEC_METHODS)
+    assert "suffix_decoding_max_tree_depth recorded" in ec.note(s)
 
 
 def test_medusa_maps_onto_the_medusa_drafter():
-    assert "medusa" in SPEC_METHODS
+    assert "medusa" in DRAFTERS
     m = ec.map_engine_config("vllm_speculative_config",
-                             {"method": "medusa", "num_speculative_tokens": 3}, SPEC_METHODS)
+                             {"method": "medusa", "num_speculative_tokens": 3})
     assert m.keys == {"method": "medusa", "k": 3}
 
 

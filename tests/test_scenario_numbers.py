@@ -319,8 +319,8 @@ def test_iterations_csv_keeps_its_header(tmp_path):
 # ---------------------------------------------------------------- acceptance and catalog
 
 @pytest.mark.parametrize("acc,expect", [
-    ("{histogram: [1, 2], at_k: .nan}", "speculation.acceptance.at_k: expected an integer in"),
-    ("{histogram: [1, 2], at_k: abc}", "speculation.acceptance.at_k: expected an integer in"),
+    ("{histogram: [1, 2], at_k: .nan}", "speculation.acceptance.at_k: expected a finite number"),
+    ("{histogram: [1, 2], at_k: abc}", "speculation.acceptance.at_k: expected an integer, got"),
     ("{histogram: [" + ", ".join(["1"] * 80) + "]}",
      "speculation.acceptance.histogram: expected at most 65 entries"),
     ("{alpha_by_position: [" + ", ".join(["0.5"] * 80) + "]}",

@@ -45,7 +45,7 @@ from specsim.simulator.metrics.collector import tpot as metrics_tpot
 from specsim.simulator.registry import BATCH_SCHEDULERS, EVICTION
 from specsim.simulator.routing.routers import RequestFeatures, make_router
 from specsim.simulator.scenario import config as cfg
-from specsim.simulator.scenario.schema import SPEC_METHODS, Scenario
+from specsim.simulator.scenario.schema import Scenario
 from specsim.simulator.scheduling.batching import FcfsScheduler  # noqa: F401  (registers "fcfs")
 from specsim.simulator.speculation import engine_config
 from specsim.simulator.speculation.acceptance import build_acceptance
@@ -120,7 +120,7 @@ class Deployment:
                               f"layers priced at its {self.target.linear_dtype} peak")
         # --- speculation
         self.method = spec["method"]
-        engine_note = engine_config.note(spec, SPEC_METHODS)  # given as vLLM / SGLang flags
+        engine_note = engine_config.note(spec)  # given as vLLM / SGLang flags
         if engine_note is not None:
             self.notes.append(engine_note)
         self.drafter, drafter_model = self._drafter(spec)

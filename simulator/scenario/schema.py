@@ -1,236 +1,74 @@
 """The typed scenario: one pydantic model per section, extra keys forbidden everywhere.
 
-Every number is checked by one rule (finite; integers also take integral floats such as
-``1e3``; inclusive or exclusive bounds), every error becomes one line naming the dotted key
-and what was expected (with "did you mean" for near-miss keys), and ``speculation`` is a
-union discriminated by ``method``: each method admits the keys that mean something for it.
-Policy names (router, batch scheduler, speculation policy, eviction) are checked against
-their registries, so a policy registered by a plug-in is a valid name. The ``workload``
-section is validated by ``traces`` and ``speculation.acceptance`` by the acceptance model;
-both stay mappings here.
+Every number is checked by one rule (``specsim.values``: finite; integers also take
+integral floats such as ``1e3``; inclusive or exclusive bounds), every error becomes one
+line naming the dotted key and what was expected (with "did you mean" for near-miss keys),
+and ``speculation`` is dispatched on ``method``: each method admits the keys that mean
+something for it. The methods, each method's own keys (``DrafterInfo.params``) and which
+may draft a tree come from the ``DRAFTERS`` registry, read when a scenario is validated,
+so a drafter a plug-in registers is a valid method with its own keys. Policy names (router,
+batch scheduler, speculation policy, eviction) are checked against their registries too.
+The ``workload`` section is validated by ``traces`` and ``speculation.acceptance`` by the
+acceptance model; both stay mappings here.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
-    ConfigDict,
     Field,
+    SerializeAsAny,
     ValidationError,
+    create_model,
     model_validator,
 )
 
-from specsim import messages
 from specsim.errors import ScenarioError
-from specsim.messages import fail, fail_key, own_message, unknown_key
+from specsim.messages import fail, fail_key, unknown_key
 from specsim.simulator.kv import radix as _radix  # noqa: F401  (registers lru, lfu, priority)
 from specsim.simulator.registry import (
     BATCH_SCHEDULERS,
+    DRAFTERS,
     EVICTION,
     RADIX_EVICTION,
     ROUTERS,
     SPECULATION_POLICIES,
-    Registry,
 )
+from specsim.simulator.scenario.fields import (  # noqa: F401  (the value types, re-exported)
+    INT_HI,
+    AutoBool,
+    Bool,
+    Choice,
+    Float,
+    Int,
+    Mapping,
+    OptBool,
+    OptFloat,
+    OptInt,
+    OptMapping,
+    OptRef,
+    OptStr,
+    Policy,
+    Ref,
+    Section,
+    Str,
+    show,
+)
+from specsim.simulator.scenario.fields import optional_section as _optional_section
+from specsim.simulator.scenario.fields import section as _section
+from specsim.simulator.speculation import drafters as _drafters  # noqa: F401  (registers them)
 from specsim.simulator.speculation import engine_config
 
-# Integer keys without their own upper bound stop here: beyond 2**53 a YAML float such as
-# 1e18 no longer holds an exact integer, and numpy's int64 arithmetic would overflow.
-INT_HI = 2**53
 MAX_DEVICES = 1_000_000  # a sanity bound on hardware.count (the memory check comes later)
-SPEC_METHODS = ("none", "draft_model", "eagle3", "mtp", "ngram", "pard", "dflash", "medusa",
-                "suffix")
-#: methods that may draft a tree (speculation.tree): EAGLE heads, MTP modules, Medusa heads
-TREE_METHODS = ("eagle3", "mtp", "medusa")
 MAX_TREE_NODES = 4096  # nodes per depth at most (a sanity bound; SGLang trees are < 100)
 
 
-def show(value: Any, limit: int = 60) -> str:
-    """A value as a scenario message quotes it (60 characters at most)."""
-    return messages.show(value, limit)
-
-
-def _num(x: float) -> str:
-    """A bound as a person writes it: 1, 0.9, 1000000, 1e+09."""
-    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e7):
-        return f"{int(x)}"
-    return f"{x:g}"
-
-
-
-# ------------------------------------------------------------------ value rules
-
-
-def _number(kind: str, lo: float | None, hi: float | None, exclusive_lo: bool,
-            nullable: bool):
-    word = "an integer" if kind == "int" else "a number"
-
-    def check(value: Any) -> Any:
-        if value is None:
-            if nullable:
-                return None
-            raise fail("expected a value, got null")
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise fail(f"expected {word}, got {show(value)}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise fail(f"expected a finite number, got {value}")
-        given = value  # messages quote what was written (1e+30, not its int)
-        if kind == "int":
-            if isinstance(value, float):
-                if not value.is_integer():
-                    raise fail(f"expected an integer, got {show(value)}")
-                value = int(value)
-        else:
-            value = float(value)
-        top = hi if hi is not None else (INT_HI if kind == "int" else None)
-        if lo is not None and (value < lo or (exclusive_lo and value == lo)):
-            rel = "greater than" if exclusive_lo else "at least"
-            raise fail(f"expected {word} {rel} {_num(lo)}, got {show(given)}")
-        if top is not None and value > top:
-            raise fail(f"expected {word} at most {_num(top)}, got {show(given)}")
-        return value
-
-    check.kind, check.lo, check.hi = kind, lo, hi if hi is not None else (
-        INT_HI if kind == "int" else None)
-    return check
-
-
-def _bounds(lo: float | None, hi: float | None, exclusive_lo: bool = False) -> Any:
-    """The bounds in the JSON Schema (the check itself is the BeforeValidator's)."""
-    extra: dict[str, Any] = {}
-    if lo is not None:
-        extra["exclusiveMinimum" if exclusive_lo else "minimum"] = lo
-    if hi is not None:
-        extra["maximum"] = hi
-    return Field(json_schema_extra=extra)
-
-
-def Int(lo: float | None = None, hi: float | None = None):  # noqa: N802 (a type factory)
-    return Annotated[int, BeforeValidator(_number("int", lo, hi, False, False)),
-                     _bounds(lo, hi if hi is not None else INT_HI)]
-
-
-def OptInt(lo: float | None = None, hi: float | None = None):  # noqa: N802
-    return Annotated[int | None, BeforeValidator(_number("int", lo, hi, False, True)),
-                     _bounds(lo, hi if hi is not None else INT_HI)]
-
-
-def Float(lo: float | None = None, hi: float | None = None, exclusive_lo: bool = False):  # noqa: N802
-    return Annotated[float, BeforeValidator(_number("float", lo, hi, exclusive_lo, False)),
-                     _bounds(lo, hi, exclusive_lo)]
-
-
-def OptFloat(lo: float | None = None, hi: float | None = None,  # noqa: N802
-             exclusive_lo: bool = False):
-    return Annotated[float | None, BeforeValidator(_number("float", lo, hi, exclusive_lo, True)),
-                     _bounds(lo, hi, exclusive_lo)]
-
-
-def _typed(pytype: type, expected: str, nullable: bool = False):
-    def check(value: Any) -> Any:
-        if value is None:
-            if nullable:
-                return None
-            raise fail("expected a value, got null")
-        if not isinstance(value, pytype) or (pytype is int and isinstance(value, bool)):
-            raise fail(f"expected {expected}, got {show(value)}")
-        return value
-
-    check.kind = {bool: "bool", str: "str", dict: "mapping"}.get(pytype, "ref")
-    return check
-
-
-Bool = Annotated[bool, BeforeValidator(_typed(bool, "true or false"))]
-OptBool = Annotated[bool | None, BeforeValidator(_typed(bool, "true or false", nullable=True))]
-Str = Annotated[str, BeforeValidator(_typed(str, "a string"))]
-OptStr = Annotated[str | None, BeforeValidator(_typed(str, "a string", nullable=True))]
-Mapping = Annotated[dict[str, Any], BeforeValidator(_typed(dict, "a mapping"))]
-OptMapping = Annotated[dict[str, Any] | None,
-                       BeforeValidator(_typed(dict, "a mapping", nullable=True))]
-Ref = Annotated[str | dict[str, Any], BeforeValidator(
-    _typed(str | dict, "a catalog name or an inline mapping"))]
-OptRef = Annotated[str | dict[str, Any] | None, BeforeValidator(
-    _typed(str | dict, "a catalog name or an inline mapping", nullable=True))]
-
-
-def _auto_or_bool(value: Any) -> Any:
-    if value == "auto" or isinstance(value, bool):
-        return value
-    raise fail(f"expected auto, true or false, got {show(value)}")
-
-
-_auto_or_bool.kind = "choice"
-_auto_or_bool.choices = ("auto", True, False)
-AutoBool = Annotated[str | bool, BeforeValidator(_auto_or_bool),
-                     Field(json_schema_extra={"enum": ["auto", True, False]})]
-
-
-def _registered(registry: Registry):
-    def check(value: Any) -> Any:
-        if not isinstance(value, str) or value not in registry:
-            raise fail(f"expected one of {', '.join(registry.names())}, got {show(value)}")
-        return value
-
-    check.kind = "choice"
-    check.registry = registry
-    return check
-
-
-def _one_of(choices: tuple[str, ...]):
-    def check(value: Any) -> Any:
-        if not isinstance(value, str) or value not in choices:
-            raise fail(f"expected one of {', '.join(choices)}, got {show(value)}")
-        return value
-
-    check.kind = "choice"
-    check.choices = choices
-    return check
-
-
-def Choice(*choices: str):  # noqa: N802
-    return Annotated[str, BeforeValidator(_one_of(choices)),
-                     Field(json_schema_extra={"enum": list(choices)})]
-
-
-def Policy(registry: Registry):  # noqa: N802
-    def names(schema: dict[str, Any]) -> None:  # the names registered when asked
-        schema["enum"] = registry.names()
-
-    return Annotated[str, BeforeValidator(_registered(registry)),
-                     Field(json_schema_extra=names)]
-
-
 # ------------------------------------------------------------------ sections
-
-
-class Section(BaseModel):
-    """A scenario section: unknown keys are errors; values read as attributes or by key."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
-
-
-def _section(cls: type[Section]):
-    """A nested section: missing or null means all defaults; anything else must be a mapping."""
-
-    def check(value: Any) -> Any:
-        if value is None:
-            return {}
-        if not isinstance(value, dict | Section):
-            raise fail(f"expected a mapping, got {show(value)}")
-        return value
-
-    return Annotated[cls, BeforeValidator(check), Field(default_factory=cls)]
 
 
 class Hardware(Section):
@@ -253,33 +91,6 @@ class DraftCost(Section):
     seconds_per_token: OptFloat(0.0, 3600.0) = None
 
 
-class Ngram(Section):
-    match_rate: Float(0.0, 1.0) = Field(1.0, description="share of steps where the lookup finds a match")
-    cpu_s_per_step: Float(0.0, 3600.0) = Field(
-        20e-6, description="assumed default (a compiled lookup); measure yours")
-
-
-class Suffix(Section):
-    """``speculation.suffix``: suffix decoding's chance to find a draft grows as the request
-    (and, with ``session_carry``, its session's earlier turns, which later prompts contain)
-    repeats itself: p = max - (max - start) x exp(-seen / growth_tokens), seen = tokens this
-    request generated (+ its prompt when turn > 0). The functional form and the defaults are
-    assumed (SuffixDecoding, arXiv 2411.04975, reports the effect, not this curve): fit them
-    to your traffic."""
-
-    match_rate_start: Float(0.0, 1.0) = Field(0.1, description="match chance with nothing seen (assumed)")
-    match_rate_max: Float(0.0, 1.0) = Field(0.7, description="match chance after long repetition (assumed)")
-    growth_tokens: Float(1.0, 1e9) = Field(256.0, description="tokens seen for 63% of the rise (assumed)")
-    session_carry: Bool = True
-    cpu_s_per_step: Float(0.0, 3600.0) = Field(
-        20e-6, description="assumed default (a compiled suffix-tree lookup); measure yours")
-
-    @model_validator(mode="after")
-    def _ordered(self) -> Suffix:
-        if self.match_rate_start > self.match_rate_max:
-            raise fail_key("match_rate_start", f"expected at most match_rate_max "
-                           f"{self.match_rate_max}, got {self.match_rate_start}")
-        return self
 
 
 def _widths_in(value: Any) -> Any:
@@ -362,17 +173,6 @@ class Tree(Section):
         return len(self.widths) if self.widths is not None else int(self.num_steps)
 
 
-def _optional_section(cls: type[Section]):
-    """A nested section that may be absent (null): None, or a mapping validated as ``cls``."""
-
-    def check(value: Any) -> Any:
-        if value is None or isinstance(value, dict | Section):
-            return value
-        raise fail(f"expected a mapping, got {show(value)}")
-
-    return Annotated[cls | None, BeforeValidator(check), Field(default=None)]
-
-
 def _per_class_in(value: Any) -> Any:
     """``speculation.per_class``: each class's entry validated as a speculation section
     (a chain, no nested per_class; speculation/per_class.py rule 1)."""
@@ -392,7 +192,6 @@ def _per_class_in(value: Any) -> Any:
 def _speculation_entry(name: str | None, entry: Any) -> Any:
     """One drafter's speculation section (a per-class entry, or the switching fallback when
     ``name`` is None), errors naming ``[name.]KEY``."""
-    from pydantic import TypeAdapter
 
     def key_of(key: str) -> str:
         return ".".join(x for x in (name, key) if x)
@@ -403,28 +202,11 @@ def _speculation_entry(name: str | None, entry: Any) -> Any:
                 raise fail_key(key_of(key), "not allowed in a per-class or fallback entry "
                                "(it drafts a chain and does not nest)")
     try:
-        return TypeAdapter(Speculation).validate_python(entry)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        loc = [str(p) for p in err["loc"]]
-        if loc and loc[0] in SPEC_METHODS:
-            loc = loc[1:]  # the union's tag is not a key the user wrote
-        sub = ".".join(loc)
-        own = own_message(err, sub or "x")
-        if own is None:
-            if err["type"] == "extra_forbidden":
-                tag = str(err["loc"][0])
-                fields = next((list(c.model_fields) for c in SPECULATION_VARIANTS
-                               if c.model_fields["method"].default == tag
-                               or tag in str(c.model_fields["method"].annotation)), [])
-                own = f"{sub}: " + unknown_key(err["loc"][-1], fields)
-            else:
-                own = f"{sub or 'x'}: {err['msg']}"
-        key, msg = own.split(": ", 1)
-        key = "" if key == "x" else key.removeprefix("x.")
-        if not key_of(key):
-            raise fail(msg) from None
-        raise fail_key(key_of(key), msg) from None
+        return _speculation(entry, qualify=False)
+    except _Bad as bad:
+        if not key_of(bad.key):
+            raise fail(bad.message) from None
+        raise fail_key(key_of(bad.key), bad.message) from None
 
 
 def _fallback_in(value: Any) -> Any:
@@ -509,16 +291,6 @@ class _Speculation(Section):
         return self
 
 
-class NoSpeculation(_Speculation):
-    """``method: none``: the other keys may stay in the file (switching speculation off with
-    ``--set speculation.method=none`` keeps them) and are not used."""
-
-    method: Literal["none"] = "none"
-    ngram: _section(Ngram)
-    suffix: _section(Suffix)
-    tree: _optional_section(Tree)
-
-
 class _TreeSpeculation(_Speculation):
     """A method that may draft a tree: ``speculation.tree`` sets the draft depth, so k must be
     that depth (or left out, and it is set to it)."""
@@ -538,76 +310,95 @@ class _TreeSpeculation(_Speculation):
         return self
 
 
-class DraftModelSpeculation(_Speculation):
-    method: Literal["draft_model"]
+
+_VARIANTS: dict[tuple, type[_Speculation]] = {}
 
 
-class Eagle3Speculation(_TreeSpeculation):
-    method: Literal["eagle3"]
+def variant(method: str) -> type[_Speculation]:
+    """The ``speculation`` section's model for ``method``: the shared keys, ``method``, the
+    method's own keys (its ``DrafterInfo.params``), and ``tree`` for a method that may draft
+    one. ``none`` admits every registered method's keys and ``tree`` unchecked (switching
+    speculation off with ``--set speculation.method=none`` keeps them) and uses none."""
+    names = DRAFTERS.names()
+    infos = {m: DRAFTERS.info(m) for m in names}
+    if method == "none":
+        key = ("none", *((m, id(i)) for m, i in infos.items()))
+        own = [m for m in names if m != "none"]
+    else:
+        key, own = (method, id(infos[method])), [method]
+    cls = _VARIANTS.get(key)
+    if cls is not None:
+        return cls
+    fields: dict[str, Any] = {
+        "method": (Literal[method], "none") if method == "none" else (Literal[method], ...)}
+    for m in own:
+        params = infos[m].params
+        for fname, field in (params.model_fields.items() if params is not None else ()):
+            fields.setdefault(fname, (field.annotation, field))
+    base = _TreeSpeculation if method != "none" and infos[method].tree else _Speculation
+    if method == "none":
+        fields["tree"] = (_optional_section(Tree), None)
+    title = "NoSpeculation" if method == "none" else (
+        "".join(p.title() for p in method.split("_")) + "Speculation")
+    cls = create_model(title, __base__=base, __module__=__name__, **fields)
+    _VARIANTS[key] = cls
+    return cls
 
 
-class MtpSpeculation(_TreeSpeculation):
-    method: Literal["mtp"]
+def variants() -> list[type[_Speculation]]:
+    """Every registered method's ``speculation`` model, ``none`` first."""
+    return [variant("none")] + [variant(m) for m in DRAFTERS.names() if m != "none"]
 
 
-class MedusaSpeculation(_TreeSpeculation):
-    """``method: medusa``: k Medusa heads on the target (usually with a tree)."""
+class _Bad(Exception):
+    """A problem in a speculation section: ``key`` relative to it ("" for the section)."""
 
-    method: Literal["medusa"]
-
-
-class PardSpeculation(_Speculation):
-    method: Literal["pard"]
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key, self.message = key, message
 
 
-class DflashSpeculation(_Speculation):
-    method: Literal["dflash"]
-
-
-class NgramSpeculation(_Speculation):
-    method: Literal["ngram"]
-    ngram: _section(Ngram)
-
-
-class SuffixSpeculation(_Speculation):
-    """``method: suffix``: suffix decoding (a CPU lookup whose match chance grows with
-    repetition within the request and its session; see ``Suffix``)."""
-
-    method: Literal["suffix"]
-    suffix: _section(Suffix)
-
-
-SPECULATION_VARIANTS = (NoSpeculation, DraftModelSpeculation, Eagle3Speculation,
-                        MtpSpeculation, PardSpeculation, DflashSpeculation, NgramSpeculation,
-                        MedusaSpeculation, SuffixSpeculation)
-
-
-def _speculation_in(value: Any) -> Any:
+def _speculation(value: Any, qualify: bool) -> Section:
+    """A speculation mapping validated as its method's model (engine configs mapped onto
+    specsim's keys first); ``_Bad`` names the first problem. ``qualify``: an unknown key
+    directly in the section says which method does not take it."""
     if value is None:
-        return {"method": "none"}
+        value = {"method": "none"}
     if isinstance(value, Section):
         return value
     if not isinstance(value, dict):
-        raise fail(f"expected a mapping, got {show(value)}")
+        raise _Bad("", f"expected a mapping, got {show(value)}")
     try:  # vllm_speculative_config / sglang -> specsim's own keys
-        value = engine_config.resolve(value, SPEC_METHODS)
+        value = engine_config.resolve(value)
     except engine_config.EngineConfigError as exc:
-        raise fail_key(exc.key, exc.message) from None
+        raise _Bad(exc.key, exc.message) from None
     method = value.get("method", "none")
-    if not isinstance(method, str) or method not in SPEC_METHODS:
-        raise fail_key("method", f"expected one of {', '.join(SPEC_METHODS)}, got {show(method)}")
-    if value.get("tree") is not None and method not in (*TREE_METHODS, "none"):
-        raise fail_key("tree", f"method {method} drafts a chain, not a tree (a tree is for "
-                               f"{', '.join(TREE_METHODS)})")
-    return {**value, "method": method}
+    if not isinstance(method, str) or method not in DRAFTERS:
+        raise _Bad("method", f"expected one of {', '.join(DRAFTERS.names())}, got "
+                             f"{show(method)}")
+    if value.get("tree") is not None and method != "none" and not DRAFTERS.info(method).tree:
+        trees = [m for m in DRAFTERS.names() if DRAFTERS.info(m).tree]
+        raise _Bad("tree", f"method {method} drafts a chain, not a tree (a tree is for "
+                           f"{', '.join(trees)})")
+    cls = variant(method)
+    try:
+        return cls.model_validate({**value, "method": method})
+    except ValidationError as exc:
+        key, message = error_line(exc, cls, f" for speculation.method {method}" if qualify
+                                  else "")
+        raise _Bad(key, message) from None
 
 
-Speculation = Annotated[
-    NoSpeculation | DraftModelSpeculation | Eagle3Speculation | MtpSpeculation
-    | PardSpeculation | DflashSpeculation | NgramSpeculation | MedusaSpeculation
-    | SuffixSpeculation,
-    Field(discriminator="method"), BeforeValidator(_speculation_in)]
+def _speculation_in(value: Any) -> Any:
+    try:
+        return _speculation(value, qualify=True)
+    except _Bad as bad:
+        if not bad.key:
+            raise fail(bad.message) from None
+        raise fail_key(bad.key, bad.message) from None
 
+
+Speculation = Annotated[SerializeAsAny[_Speculation], BeforeValidator(_speculation_in)]
 
 class Scheduler(Section):
     policy: Policy(BATCH_SCHEDULERS) = "fcfs"
@@ -697,17 +488,7 @@ def _tiers_in(value: Any) -> Any:
             try:
                 tier = KvTier.model_validate(item)
             except ValidationError as exc:
-                err = exc.errors(include_url=False)[0]
-                sub = ".".join(str(p) for p in err["loc"])
-                own = own_message(err, sub)
-                if own is None:
-                    if err["type"] == "extra_forbidden":
-                        own = f"{sub}: " + unknown_key(err["loc"][-1], list(KvTier.model_fields))
-                    elif err["type"] == "missing":
-                        own = f"{sub}: required key is missing"
-                    else:
-                        own = f"{sub}: {err['msg']}"
-                key, msg = own.split(": ", 1)
+                key, msg = error_line(exc, KvTier)
                 raise fail_key(f"{i}.{key}", msg) from None
         if tier.name in names or tier.name == "hbm":
             raise fail_key(f"{i}.name", f"expected a unique name other than 'hbm', got "
@@ -870,7 +651,7 @@ class Scenario(Section):
     hardware: _section(Hardware)
     model: Ref = "Llama-3.1-8B"
     quantization: _section(Quantization)
-    speculation: Speculation = Field(default_factory=NoSpeculation)
+    speculation: Speculation = Field(default_factory=lambda: variant("none")())
     scheduler: _section(Scheduler)
     engine: _section(Engine)
     router: _section(Router)
@@ -892,30 +673,12 @@ class Scenario(Section):
 # ------------------------------------------------------------------ errors as one line
 
 
-def _path(loc: tuple) -> str:
-    parts = [str(p) for p in loc]
-    if len(parts) > 1 and parts[0] == "speculation" and parts[1] in SPEC_METHODS:
-        parts.pop(1)  # the union's tag is not a key the user wrote
-    return ".".join(parts)
-
-
-def _variant(tag: Any) -> type[Section]:
-    for cls in SPECULATION_VARIANTS:
-        if cls.model_fields["method"].default == tag or tag in getattr(
-                cls.model_fields["method"].annotation, "__args__", ()):
-            return cls
-    return NoSpeculation
-
-
-def _keys_of(loc: tuple) -> list[str]:
-    """The keys allowed in the section that holds ``loc[-1]`` (for "unknown key" messages)."""
-    cls: type[BaseModel] = Scenario
+def _keys_of(cls: type[BaseModel], loc: tuple) -> list[str]:
+    """The keys allowed in the section of ``cls`` that holds ``loc[-1]`` (for "unknown key"
+    messages)."""
     parts = list(loc[:-1])
     while parts:
         part = parts.pop(0)
-        if cls is Scenario and part == "speculation":
-            cls = _variant(parts.pop(0) if parts and parts[0] in SPEC_METHODS else "none")
-            continue
         field = cls.model_fields.get(part) if isinstance(part, str) else None
         if field is None:
             return []
@@ -928,29 +691,37 @@ def _keys_of(loc: tuple) -> list[str]:
     return list(cls.model_fields)
 
 
-def scenario_error(exc: ValidationError) -> ScenarioError:
-    """The first problem of a failed validation, as specsim's one-line error."""
+def error_line(exc: ValidationError, cls: type[BaseModel], qualifier: str = "") -> tuple[str, str]:
+    """(dotted key, message) of the first problem of a failed validation of ``cls``; the key
+    is "" for the value as a whole. ``qualifier`` goes into an unknown-key message about a key
+    of ``cls`` itself (e.g. " for speculation.method ngram")."""
     err = exc.errors(include_url=False)[0]
     loc = tuple(err["loc"])
-    path = _path(loc)
+    path = ".".join(str(p) for p in loc)
     kind = err["type"]
-    own = own_message(err, path or "scenario")
-    if own is not None:
-        return ScenarioError(own)
+    if kind == "specsim_key":
+        return ".".join(x for x in (path, err["ctx"]["key"]) if x), err["ctx"]["message"]
+    if kind == "specsim":
+        return path, err["ctx"]["message"]
     if kind == "extra_forbidden":
         bad = loc[-1]
         name = bad if isinstance(bad, str) and bad.isprintable() and len(bad) <= 60 else show(bad)
-        where = _path(loc[:-1])
-        method = (f" for speculation.method {loc[1]}"
-                  if loc[:1] == ("speculation",) and len(loc) == 3 else "")
-        return ScenarioError(f"{where + '.' if where else ''}{name}: "
-                             + unknown_key(bad, _keys_of(loc), method))
+        where = ".".join(str(p) for p in loc[:-1])
+        return (f"{where + '.' if where else ''}{name}",
+                unknown_key(bad, _keys_of(cls, loc), qualifier if len(loc) == 1 else ""))
     if kind == "invalid_key":
-        return ScenarioError(f"{path}: unknown key (keys are names, got {show(loc[-1])})")
+        return path, f"unknown key (keys are names, got {show(loc[-1])})"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
-        return ScenarioError(f"{path or 'scenario'}: expected a mapping, got "
-                             f"{show(err.get('input'))}")
-    return ScenarioError(f"{path or 'scenario'}: {err['msg']}")
+        return path, f"expected a mapping, got {show(err.get('input'))}"
+    if kind == "missing":
+        return path, "required key is missing"
+    return path, err["msg"]
+
+
+def scenario_error(exc: ValidationError) -> ScenarioError:
+    """The first problem of a failed validation, as specsim's one-line error."""
+    key, message = error_line(exc, Scenario)
+    return ScenarioError(f"{key or 'scenario'}: {message}")
 
 
 def validate(data: Any) -> Scenario:
@@ -969,7 +740,7 @@ def validate(data: Any) -> Scenario:
         raise scenario_error(exc) from None
     sc = apply_engine(sc)
     try:
-        engine_config.check_draft_tp(sc.speculation, sc.hardware.tensor_parallel, SPEC_METHODS)
+        engine_config.check_draft_tp(sc.speculation, sc.hardware.tensor_parallel)
     except engine_config.EngineConfigError as exc:
         raise ScenarioError(f"speculation.{exc.key}: {exc.message}") from None
     return sc
@@ -1003,8 +774,8 @@ def _walk(cls: type[BaseModel], prefix: str):
     for name, field in cls.model_fields.items():
         if cls is Scenario and name == "speculation":
             seen: set[str] = set()
-            for variant in SPECULATION_VARIANTS:
-                for item in _walk(variant, "speculation."):
+            for cls_ in variants():
+                for item in _walk(cls_, "speculation."):
                     if item[0] not in seen:
                         seen.add(item[0])
                         yield item
@@ -1043,7 +814,7 @@ class KeyInfo:
 def key_info(dotted: str) -> KeyInfo | None:
     """The kind, default, bounds or choices of a leaf key; None for an unknown key."""
     if dotted == "speculation.method":
-        return KeyInfo("choice", "none", choices=SPEC_METHODS)
+        return KeyInfo("choice", "none", choices=tuple(DRAFTERS.names()))
     for key, field in _walk(Scenario, ""):
         if key != dotted:
             continue
@@ -1062,6 +833,9 @@ def key_info(dotted: str) -> KeyInfo | None:
 
 def json_schema() -> dict[str, Any]:
     """JSON Schema of the scenario file (for editors)."""
-    schema = Scenario.model_json_schema()
+    union = Annotated[Union[tuple(variants())], Field(discriminator="method")]  # noqa: UP007
+    described = create_model("Scenario", __base__=Scenario,
+                             speculation=(union, Field(default_factory=variant("none"))))
+    schema = described.model_json_schema()  # speculation: one of the registered methods'
     schema["title"] = "specsim scenario"
     return schema

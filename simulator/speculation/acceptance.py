@@ -30,9 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
+from specsim import values
 from specsim.errors import ScenarioError
 from specsim.simulator import rng
+from specsim.simulator.registry import DRAFTERS
 from specsim.yamlio import load_bundled
 
 MAX_K = 64
@@ -186,18 +189,16 @@ _FORMS = ("alpha", "alpha_by_position", "rate_by_position", "tau", "tau_by_k", "
 _SPEC_KEYS = {*_FORMS, "at_k", "source", "notes", "temperature", "temperature_1"}
 
 
-def _number(where: str, v: Any, lo: float, hi: float) -> float:
-    if not isinstance(v, int | float) or isinstance(v, bool) or not lo <= v <= hi:
-        raise ScenarioError(f"{where}: expected a number in [{lo}, {hi}], got {v!r}")
-    return float(v)
+def _number(where: str, v: Any, lo: float, hi: float, integer: bool = False) -> Any:
+    """``v`` by the shared number rule (``specsim.values.number``), errors naming ``where``."""
+    try:
+        return values.number(v, integer=integer, lo=lo, hi=hi)
+    except values.ValueRuleError as exc:
+        raise ScenarioError(f"{where}: {exc}") from None
 
 
 def _int(where: str, v: Any, lo: int, hi: int) -> int:
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-        raise ScenarioError(f"{where}: expected an integer in [{lo}, {hi}], got {v!r}")
-    return int(v)
+    return _number(where, v, lo, hi, integer=True)
 
 
 def _pad(cond: np.ndarray) -> np.ndarray:
@@ -388,9 +389,13 @@ def load_profile_file(ref: str, base_dir: Path | None, where: str) -> tuple[str,
     if not path.is_file():
         raise ScenarioError(f"{where}.profile: no acceptance profile file {path_s!r}"
                             + (f" (looked in {base_dir})" if base_dir is not None else ""))
-    from specsim import safe_read  # size cap, alias budget, no duplicate keys
-
-    cat = safe_read.load_yaml(path, "a YAML acceptance profile", origin=path_s)
+    try:
+        cat = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        raise ScenarioError(f"{path_s}{line}: not valid YAML ({getattr(exc, 'problem', exc)})"
+                            ) from None
     if not isinstance(cat, dict) or not cat or not all(isinstance(v, dict) for v in cat.values()):
         raise ScenarioError(f"{path_s}: expected a mapping of profile name -> {{method, source, "
                             "classes}} (as written by `specsim acceptance import`)")
@@ -525,17 +530,9 @@ _ACCEPT_KEYS = {"profile", "by_class", "default", "per_request", "temperature_se
 # (and CNNDM .65 -> .53): alpha falls by about 17% from temperature 0 to 1.
 DEFAULT_TEMPERATURE_SENSITIVITY = 0.17
 
-#: methods whose drafter is a network with weights (n-gram lookup has none to quantize)
-_NEURAL_DRAFTERS = {"draft_model", "eagle3", "mtp", "pard", "dflash"}
-
-
 def _get(section: Any, key: str, default: Any = None) -> Any:
-    """A key of a scenario section (a validated Section or a plain dict)."""
-    if section is None:
-        return default
-    if hasattr(section, "model_dump"):
-        section = section.model_dump()
-    return section.get(key, default) if isinstance(section, dict) else default
+    """A key of a scenario section (a validated Section or a plain dict: both ``get``)."""
+    return default if section is None else section.get(key, default)
 
 
 def drafter_multiplier(weights: str, where: str) -> tuple[float, str]:
@@ -650,7 +647,8 @@ def build_acceptance(section: Any, seed: int, where: str = "speculation.acceptan
                            section["drafter_alpha_multiplier"], 0.0, 1.0)
             run_notes.append(f"drafter weights {weights}: alpha x {mult:g} on every position "
                              f"({where}.drafter_alpha_multiplier, given)")
-        elif method in _NEURAL_DRAFTERS and weights not in ("bf16",):
+        elif method in DRAFTERS and DRAFTERS.info(method).has_weights and weights != "bf16":
+            # a network drafter (its registration says so); a lookup has no weights
             mult, src = drafter_multiplier(weights, "drafter_quantization.yaml")
             run_notes.append(f"drafter weights {weights}: alpha x {mult:g} on every position "
                              f"({src})")

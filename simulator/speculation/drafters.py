@@ -11,11 +11,15 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from specsim.cost_models.catalog import get_model, get_precision
 from specsim.cost_models.roofline import ForwardCostModel, attention_area
 from specsim.errors import ScenarioError
+from specsim.messages import fail_key
 from specsim.simulator.registry import DRAFTERS
+from specsim.simulator.scenario.fields import Bool, Float, Section, section
+from specsim.simulator.speculation.engine_config import VLLM_MTP_METHODS
 
 MAX_DEPTH = 64  # the longest draft (speculation.k is at most 64)
 
@@ -127,13 +131,19 @@ class Drafter:
     ``cost_steps(k, ctx, pf_tokens, pf_qc)``: k and ctx are (S, B) draft lengths and KV
     contexts of the batch's rows; pf_tokens / pf_qc the prefill tokens and attention area
     of each step (drafters with their own KV prefill them too). Returns per-step (seconds,
-    FLOPs, bytes). Declares ``proposes_always`` (n-gram lookup proposes only on a match)
-    and ``prefills`` (it keeps its own KV cache, so new prompt chunks pass through it).
+    FLOPs, bytes). Declares ``proposes_always`` (n-gram lookup proposes only on a match),
+    ``prefills`` (it keeps its own KV cache, so new prompt chunks pass through it),
+    ``drafts`` (False: no drafting at all) and ``per_class`` (True: each row drafts with its
+    workload class's own drafter, and the drafter answers ``k_cap(rows)``,
+    ``row_alpha(rows, cls, kmax)``, ``bind(rows, prefill)`` and ``request_tables``:
+    ``per_class.PerClassDrafter``). Callers read these, never the drafter's class.
     """
 
     name = "none"
     proposes_always = True
     prefills = False
+    drafts = True
+    per_class = False
     match_rate = 1.0
 
     def match_probability(self, rows: np.ndarray, table) -> float | np.ndarray:
@@ -174,7 +184,7 @@ class Drafter:
 
 
 class NoDrafter(Drafter):
-    pass
+    drafts = False
 
 
 class SequentialDrafter(Drafter):
@@ -441,12 +451,64 @@ def build_drafter(ctx: DraftContext) -> tuple[Drafter, DrafterModel | None]:
     return drafter, model
 
 
+# ------------------------------------------------------------------ the methods' own keys
+
+
+class Ngram(Section):
+    match_rate: Float(0.0, 1.0) = Field(1.0, description="share of steps where the lookup finds a match")
+    cpu_s_per_step: Float(0.0, 3600.0) = Field(
+        20e-6, description="assumed default (a compiled lookup); measure yours")
+
+
+class Suffix(Section):
+    """``speculation.suffix``: suffix decoding's chance to find a draft grows as the request
+    (and, with ``session_carry``, its session's earlier turns, which later prompts contain)
+    repeats itself: p = max - (max - start) x exp(-seen / growth_tokens), seen = tokens this
+    request generated (+ its prompt when turn > 0). The functional form and the defaults are
+    assumed (SuffixDecoding, arXiv 2411.04975, reports the effect, not this curve): fit them
+    to your traffic."""
+
+    match_rate_start: Float(0.0, 1.0) = Field(0.1, description="match chance with nothing seen (assumed)")
+    match_rate_max: Float(0.0, 1.0) = Field(0.7, description="match chance after long repetition (assumed)")
+    growth_tokens: Float(1.0, 1e9) = Field(256.0, description="tokens seen for 63% of the rise (assumed)")
+    session_carry: Bool = True
+    cpu_s_per_step: Float(0.0, 3600.0) = Field(
+        20e-6, description="assumed default (a compiled suffix-tree lookup); measure yours")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Suffix:
+        if self.match_rate_start > self.match_rate_max:
+            raise fail_key("match_rate_start", f"expected at most match_rate_max "
+                           f"{self.match_rate_max}, got {self.match_rate_start}")
+        return self
+
+
+class NgramKeys(Section):
+    """``method: ngram``'s own keys in ``speculation``."""
+
+    ngram: section(Ngram)
+
+
+class SuffixKeys(Section):
+    """``method: suffix``'s own keys in ``speculation`` (see ``Suffix``)."""
+
+    suffix: section(Suffix)
+
+
+# ------------------------------------------------------------------ registrations
+# Each drafter declares here what the schema and the engine-config mapping need (DrafterInfo):
+# its own keys, whether it may draft a tree, whether it is a network with weights (its
+# precision scales acceptance), whether an engine's draft-model id names a separate model,
+# and the vLLM / SGLang names that mean it.
+
+
 @DRAFTERS.register("none")
 def _no_drafter(ctx: DraftContext) -> Drafter:
     return NoDrafter()
 
 
-@DRAFTERS.register("ngram")
+@DRAFTERS.register("ngram", params=NgramKeys, vllm=("ngram", "[ngram]", "ngram_gpu"),
+                   sglang=("NGRAM",))
 def _ngram(ctx: DraftContext):
     if ctx.spec["drafter"] is not None:
         raise ScenarioError("speculation.drafter: ngram lookup takes no drafter model")
@@ -454,7 +516,7 @@ def _ngram(ctx: DraftContext):
     return LookupDrafter(ng["cpu_s_per_step"], ng["match_rate"]), None
 
 
-@DRAFTERS.register("suffix")
+@DRAFTERS.register("suffix", params=SuffixKeys, vllm=("suffix",))
 def _suffix(ctx: DraftContext):
     if ctx.spec["drafter"] is not None:
         raise ScenarioError("speculation.drafter: suffix decoding takes no drafter model")
@@ -508,17 +570,20 @@ def _separate_model(ctx: DraftContext, parallel: bool):
     return _model_drafter(ctx, drafter_model, parallel)
 
 
-@DRAFTERS.register("draft_model")
+@DRAFTERS.register("draft_model", has_weights=True, draft_model=True, vllm=("draft_model",),
+                   sglang=("STANDALONE",))
 def _draft_model(ctx: DraftContext):
     return _separate_model(ctx, parallel=False)
 
 
-@DRAFTERS.register("pard")
+# vLLM names PARD as draft_model with parallel_drafting (engine_config maps it)
+@DRAFTERS.register("pard", has_weights=True, draft_model=True)
 def _pard(ctx: DraftContext):
     return _separate_model(ctx, parallel=True)
 
 
-@DRAFTERS.register("dflash")
+@DRAFTERS.register("dflash", has_weights=True, draft_model=True, vllm=("dflash",),
+                   sglang=("DFLASH",))
 def _dflash(ctx: DraftContext):
     return _separate_model(ctx, parallel=True)
 
@@ -530,12 +595,14 @@ def _head(ctx: DraftContext):
     return _model_drafter(ctx, eagle_head(ctx.model), False)
 
 
-@DRAFTERS.register("eagle3")
+@DRAFTERS.register("eagle3", tree=True, has_weights=True, vllm=("eagle", "eagle3"),
+                   sglang=("EAGLE", "EAGLE3"))
 def _eagle3(ctx: DraftContext):
     return _head(ctx)
 
 
-@DRAFTERS.register("mtp")
+@DRAFTERS.register("mtp", tree=True, has_weights=True, vllm=tuple(sorted(VLLM_MTP_METHODS)),
+                   sglang=("NEXTN",))
 def _mtp(ctx: DraftContext):
     """The target's own MTP modules, k sequential passes (with k above mtp_layers the modules
     are reused autoregressively, as vLLM does), each priced as ``mtp_module`` plus its
@@ -560,7 +627,7 @@ def _mtp(ctx: DraftContext):
     return SequentialDrafter("mtp", cm), DrafterModel(module, dq, cm)
 
 
-@DRAFTERS.register("medusa")
+@DRAFTERS.register("medusa", tree=True, has_weights=True, vllm=("medusa",))
 def _medusa(ctx: DraftContext):
     """Medusa heads on the target: k heads (speculation.k), one pass over the decoding rows."""
     if ctx.spec["drafter"] is not None:

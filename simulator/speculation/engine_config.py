@@ -67,7 +67,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from specsim import values
 from specsim.messages import show
+from specsim.simulator.registry import DRAFTERS
 
 VLLM_KEY = "vllm_speculative_config"
 SGLANG_KEY = "sglang"
@@ -82,11 +84,7 @@ VLLM_MTP_METHODS = frozenset({
     "exaone4_5_mtp", "qwen4_exp_mtp", "bailing_hybrid_v3_mtp", "minimax_m3_mtp",
     "bailing_hybrid_mtp", "kimi_k3_mtp", "hy_v3_mtp", "hy_v4_mtp", "gemma4_mtp",
     "inkling_mtp", "glm5_next_mtp"})
-#: vLLM method -> specsim method (medusa only once specsim has that drafter)
-VLLM_METHODS = {"eagle": "eagle3", "eagle3": "eagle3", "draft_model": "draft_model",
-                "ngram": "ngram", "[ngram]": "ngram", "ngram_gpu": "ngram", "dflash": "dflash",
-                "medusa": "medusa", "suffix": "suffix", **{m: "mtp" for m in VLLM_MTP_METHODS}}
-#: vLLM methods specsim has no drafter for
+#: vLLM methods specsim has no drafter for (the mapped ones: each drafter's ``vllm`` names)
 VLLM_UNMAPPED_METHODS = ("mlp_speculator", "custom_class", "extract_hidden_states",
                          "dspark")
 #: suffix decoding's lookup settings (recorded with method suffix)
@@ -120,9 +118,6 @@ VLLM_WHY = {
     "synthetic_acceptance_length": "give it as speculation.acceptance.tau with at_k",
 }
 
-#: SGLang speculative_algorithm -> specsim method
-SGLANG_ALGORITHMS = {"EAGLE": "eagle3", "EAGLE3": "eagle3", "NEXTN": "mtp",
-                     "STANDALONE": "draft_model", "NGRAM": "ngram", "DFLASH": "dflash"}
 SGLANG_UNMAPPED_ALGORITHMS = ("DSPARK", "LOOKAHEAD")
 SGLANG_CHAIN = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")  # num_steps / topk / draft tokens
 SGLANG_LOOKUP = ("speculative_ngram_min_bfs_breadth", "speculative_ngram_max_bfs_breadth",
@@ -161,6 +156,17 @@ MAX_K = 64  # speculation.k's upper bound in the schema
 NO_PROBE = 10**9
 _HF_ID = re.compile(r"([A-Za-z0-9][\w.-]*/[\w.-]+)")
 _VARIANT_SUFFIXES = ("-instruct", "-chat-hf", "-hf", "-base")
+
+
+def engine_names(engine: str) -> dict[str, str]:
+    """vLLM method (``engine="vllm"``) or SGLang algorithm (``"sglang"``) -> specsim method,
+    from what each registered drafter declares (``DrafterInfo.vllm`` / ``.sglang``)."""
+    return {alias: name for name in DRAFTERS.names()
+            for alias in getattr(DRAFTERS.info(name), engine)}
+
+
+def _specsim_methods() -> str:
+    return ", ".join(m for m in DRAFTERS.names() if m != "none")
 
 
 class EngineConfigError(ValueError):
@@ -203,15 +209,10 @@ def _int(section: str, cfg: dict[str, Any], key: str, lo: int, hi: int | None = 
         if required:
             raise EngineConfigError(f"{section}.{key}", f"required {required}")
         return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise EngineConfigError(f"{section}.{key}", f"expected an integer, got {show(value)}")
-    if value < lo or (hi is not None and value > hi):
-        rng = f"at least {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise EngineConfigError(f"{section}.{key}", f"expected an integer {rng}, got "
-                                                    f"{show(value)}")
-    return value
+    try:  # the shared number rule (specsim.values)
+        return values.number(value, integer=True, lo=lo, hi=hi)
+    except values.ValueRuleError as exc:
+        raise EngineConfigError(f"{section}.{key}", str(exc)) from None
 
 
 def _str(section: str, cfg: dict[str, Any], key: str) -> str | None:
@@ -301,7 +302,7 @@ def _drafter(m: Mapped, key: str, ref: str | None, method: str, needs_model: boo
 # ------------------------------------------------------------------ vLLM
 
 
-def _vllm_method(cfg: dict[str, Any], methods: tuple[str, ...]) -> tuple[str, str]:
+def _vllm_method(cfg: dict[str, Any]) -> tuple[str, str]:
     """(vLLM's method as it resolves, specsim's method)."""
     section = VLLM_KEY
     method = _str(section, cfg, "method")
@@ -317,15 +318,13 @@ def _vllm_method(cfg: dict[str, Any], methods: tuple[str, ...]) -> tuple[str, st
     if method in VLLM_UNMAPPED_METHODS:
         raise EngineConfigError(f"{section}.method", f"vLLM method {method!r} has no specsim "
                                                      f"drafter (specsim has: "
-                                                     f"{', '.join(m for m in methods if m != 'none')})")
-    ours = VLLM_METHODS.get(method)
+                                                     f"{_specsim_methods()})")
+    names = engine_names("vllm")
+    ours = names.get(method)
     if ours is None:
         raise EngineConfigError(f"{section}.method", f"expected a vLLM method ("
-                                                     f"{', '.join(sorted(VLLM_METHODS))}), got "
+                                                     f"{', '.join(sorted(names))}), got "
                                                      f"{show(method)}")
-    if ours not in methods:
-        raise EngineConfigError(f"{section}.method", f"vLLM method {method!r} is not supported "
-                                                     f"by specsim yet (no {ours} drafter)")
     if cfg.get("parallel_drafting") is not None and not isinstance(cfg["parallel_drafting"],
                                                                     bool):
         raise EngineConfigError(f"{section}.parallel_drafting",
@@ -340,13 +339,13 @@ def _vllm_method(cfg: dict[str, Any], methods: tuple[str, ...]) -> tuple[str, st
     return method, ours
 
 
-def map_vllm(value: Any, methods: tuple[str, ...]) -> Mapped:
-    """vLLM's SpeculativeConfig fields -> specsim keys (``methods``: specsim's methods)."""
+def map_vllm(value: Any) -> Mapped:
+    """vLLM's SpeculativeConfig fields -> specsim keys."""
     section = VLLM_KEY
     cfg = parse(section, value)
     _check_fields(section, cfg, VLLM_MAPPED, VLLM_OTHER_FIELDS, VLLM_WHY, "vLLM SpeculativeConfig")
     m = Mapped(section, cfg)
-    method, ours = _vllm_method(cfg, methods)
+    method, ours = _vllm_method(cfg)
     m.keys["method"], m.origin["method"] = ours, "method" if "method" in cfg else "model"
     if method != ours:
         why = {"eagle": "EAGLE-1/2 head priced as the eagle3 head (one decoder layer + LM head)",
@@ -388,7 +387,7 @@ def map_vllm(value: Any, methods: tuple[str, ...]) -> Mapped:
         for key in ("prompt_lookup_min", "prompt_lookup_max"):
             if cfg.get(key) is not None:
                 raise EngineConfigError(f"{section}.{key}", "only for method ngram")
-        _drafter(m, "model", model, ours, ours in ("draft_model", "pard", "dflash"))
+        _drafter(m, "model", model, ours, DRAFTERS.info(ours).draft_model)
     m.draft_tp = _int(section, cfg, "draft_tensor_parallel_size", 1)
     n = _int(section, cfg, "disable_by_batch_size", 2)  # ge=2 in vLLM
     if n is not None:
@@ -406,7 +405,7 @@ def map_vllm(value: Any, methods: tuple[str, ...]) -> Mapped:
 # ------------------------------------------------------------------ SGLang
 
 
-def map_sglang(value: Any, methods: tuple[str, ...]) -> Mapped:
+def map_sglang(value: Any) -> Mapped:
     """SGLang's ServerArgs speculative fields -> specsim keys."""
     section = SGLANG_KEY
     cfg = parse(section, value)
@@ -414,15 +413,16 @@ def map_sglang(value: Any, methods: tuple[str, ...]) -> Mapped:
                   "SGLang server argument")
     m = Mapped(section, cfg)
     algo = _str(section, cfg, "speculative_algorithm")
+    names = engine_names("sglang")
     if algo is None:
         raise EngineConfigError(f"{section}.speculative_algorithm",
-                                f"required (one of {', '.join(SGLANG_ALGORITHMS)})")
+                                f"required (one of {', '.join(sorted(names))})")
     algo = algo.upper()
-    if algo in SGLANG_UNMAPPED_ALGORITHMS or algo not in SGLANG_ALGORITHMS:
+    if algo in SGLANG_UNMAPPED_ALGORITHMS or algo not in names:
         raise EngineConfigError(f"{section}.speculative_algorithm",
-                                f"expected one of {', '.join(SGLANG_ALGORITHMS)} (the ones "
+                                f"expected one of {', '.join(sorted(names))} (the ones "
                                 f"specsim has a drafter for), got {show(cfg['speculative_algorithm'])}")
-    ours = SGLANG_ALGORITHMS[algo]
+    ours = names[algo]
     m.keys["method"], m.origin["method"] = ours, "speculative_algorithm"
     if algo == "EAGLE":
         m.notes.append("EAGLE -> eagle3: the EAGLE-2 head priced as the eagle3 head "
@@ -505,19 +505,19 @@ def map_sglang(value: Any, methods: tuple[str, ...]) -> Mapped:
         if ref is not None:
             raise EngineConfigError(f"{section}.{path_key}", "n-gram lookup takes no draft model")
     else:
-        _drafter(m, path_key, ref, ours, ours in ("draft_model", "dflash"))
+        _drafter(m, path_key, ref, ours, DRAFTERS.info(ours).draft_model)
     return m
 
 
 # ------------------------------------------------------------------ the hook
 
 
-def map_engine_config(section: str, value: Any, methods: tuple[str, ...]) -> Mapped:
+def map_engine_config(section: str, value: Any) -> Mapped:
     """One engine section -> specsim keys (pure: no scenario needed)."""
-    return (map_vllm if section == VLLM_KEY else map_sglang)(value, methods)
+    return (map_vllm if section == VLLM_KEY else map_sglang)(value)
 
 
-def resolve(spec: dict[str, Any], methods: tuple[str, ...]) -> dict[str, Any]:
+def resolve(spec: dict[str, Any]) -> dict[str, Any]:
     """The raw ``speculation`` mapping with its engine config written onto specsim's keys.
 
     A specsim key given natively with a different value is an error naming both keys
@@ -530,7 +530,7 @@ def resolve(spec: dict[str, Any], methods: tuple[str, ...]) -> dict[str, Any]:
     if len(given) > 1:
         raise EngineConfigError(given[1], f"give one engine's config, not both {given[0]} "
                                           f"and {given[1]}")
-    m = map_engine_config(given[0], spec[given[0]], methods)
+    m = map_engine_config(given[0], spec[given[0]])
     out = {**spec, given[0]: m.config}
     if spec.get("method") == "none":
         return out  # switched off (e.g. --set speculation.method=none, --baseline)
@@ -561,19 +561,19 @@ def _draft_cost(spec: dict[str, Any]) -> bool:
 
 def _config_of(spec: Any) -> tuple[str, Any] | None:
     for section in ENGINE_SECTIONS:
-        value = spec.get(section) if hasattr(spec, "get") else None
+        value = spec.get(section)  # a validated Section or a mapping: both ``get``
         if value is not None:
             return section, value
     return None
 
 
-def note(spec: Any, methods: tuple[str, ...]) -> str | None:
+def note(spec: Any) -> str | None:
     """One line saying which engine config the speculation section came from and how it
     mapped (None without one), for ``specsim validate``, metrics.json notes and the report."""
     found = _config_of(spec)
     if found is None:
         return None
-    m = map_engine_config(found[0], found[1], methods)
+    m = map_engine_config(found[0], found[1])
     text = json.dumps(m.config, separators=(",", ":"), sort_keys=True, default=str)
     if spec.get("method") == "none":
         return f"speculation from {m.engine} {text} is switched off (method none)"
@@ -587,13 +587,13 @@ def note(spec: Any, methods: tuple[str, ...]) -> str | None:
             + "".join(f"; {n}" for n in m.notes))
 
 
-def check_draft_tp(spec: Any, tensor_parallel: int, methods: tuple[str, ...]) -> None:
+def check_draft_tp(spec: Any, tensor_parallel: int) -> None:
     """A vLLM ``draft_tensor_parallel_size`` other than the target's is an error: specsim
     prices a drafter at the target's tensor parallelism (``ForwardCostModel(..., ctx.tp)``)."""
     found = _config_of(spec)
     if found is None or found[0] != VLLM_KEY or spec.get("method") in ("none", "ngram"):
         return
-    m = map_vllm(found[1], methods)
+    m = map_vllm(found[1])
     if m.draft_tp is not None and m.draft_tp != tensor_parallel:
         raise EngineConfigError(
             f"{VLLM_KEY}.draft_tensor_parallel_size",

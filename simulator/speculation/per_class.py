@@ -41,7 +41,7 @@ import numpy as np
 
 from specsim.errors import ScenarioError
 from specsim.simulator.speculation.drafters import Drafter
-from specsim.simulator.speculation.policies import AdaptivePolicy, SpeculationPolicy
+from specsim.simulator.speculation.policies import SpeculationPolicy
 
 
 @dataclass
@@ -60,6 +60,7 @@ class PerClassDrafter(Drafter):
     """Interface-compatible drafter that prices each row with its class's member."""
 
     name = "per_class"
+    per_class = True  # rows draft with their class's member: k_cap, row_alpha, bind
     state_dependent_match = True  # the match chance depends on the row's drafter
 
     def __init__(self, members: list[Member], member_of_class: dict[str, int]) -> None:
@@ -312,11 +313,7 @@ class SwitchingPolicy(SpeculationPolicy):
             self.cur[c] = to
             self.since[c] = self.steps
             self.admitted[c] = 0
-            inner = self.inner
-            if isinstance(inner, AdaptivePolicy) and inner.p["scope"] == "class":
-                w = float(inner.p["prior_weight"])  # rule 6: restart at the new prior
-                inner.succ[c] = self.drafter._alpha[to, c, 0] * w
-                inner.trials[c] = w
+            self.inner.restart_class(c, self.drafter._alpha[to, c, 0])  # rule 6: new prior
 
 
 @dataclass

@@ -95,6 +95,11 @@ class SpeculationPolicy:
         """One committed step: the rows, their drafted and accepted tokens, the tokens each
         delivered, the step's seconds. Only called for policies without ``fixed_k``."""
 
+    def restart_class(self, c: int, alpha: float) -> None:
+        """Class ``c`` now drafts with another drafter whose prior acceptance is ``alpha``
+        (per_class.py rule 6): a policy that keeps estimates per class restarts that one
+        there; the others have nothing to restart."""
+
 
 @SPECULATION_POLICIES.register("static")
 class StaticK(SpeculationPolicy):
@@ -169,6 +174,12 @@ class AdaptivePolicy(SpeculationPolicy):
         inst.bad_run = 0
         inst.off_until = -1
         return inst
+
+    def restart_class(self, c: int, alpha: float) -> None:
+        if self.p["scope"] == "class":  # per-worker estimates do not follow one class
+            w = float(self.p["prior_weight"])
+            self.succ[c] = alpha * w
+            self.trials[c] = w
 
     # --- estimates
     def _key(self, rows: np.ndarray, table) -> np.ndarray:

@@ -1,0 +1,79 @@
+"""The one rule for a number, a choice and a mapping's keys, for every file specsim reads.
+
+The scenario schema, the acceptance forms, catalogs, traces and calibration files all check
+the numbers a user writes the same way: finite; integers also take integral floats such as
+``1e3``; inclusive or exclusive bounds; a message that quotes what was written. Each check
+returns the value as it will be used or raises ``ValueRuleError`` with the message alone
+(what was expected, what was given); the caller puts the file and key in front.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from specsim.messages import show, unknown_key
+
+# Integer keys without their own upper bound stop here: beyond 2**53 a YAML float such as
+# 1e18 no longer holds an exact integer, and numpy's int64 arithmetic would overflow.
+INT_HI = 2**53
+
+
+class ValueRuleError(ValueError):
+    """A value broke its rule; ``str(exc)`` is the message without the key."""
+
+
+def bound_text(x: float) -> str:
+    """A bound as a person writes it: 1, 0.9, 1000000, 1e+09."""
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e7):
+        return f"{int(x)}"
+    return f"{x:g}"
+
+
+def number(value: Any, *, integer: bool = False, lo: float | None = None,
+           hi: float | None = None, exclusive_lo: bool = False, nullable: bool = False,
+           limit: int = 60) -> Any:
+    """``value`` as an int (``integer``) or a float within the bounds (integers stop at
+    ``INT_HI`` when ``hi`` is None); None when ``nullable``; else ``ValueRuleError``."""
+    word = "an integer" if integer else "a number"
+    if value is None:
+        if nullable:
+            return None
+        raise ValueRuleError("expected a value, got null")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueRuleError(f"expected {word}, got {show(value, limit)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueRuleError(f"expected a finite number, got {value}")
+    given = value  # messages quote what was written (1e+30, not its int)
+    if integer:
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ValueRuleError(f"expected an integer, got {show(value, limit)}")
+            value = int(value)
+    else:
+        value = float(value)
+    top = hi if hi is not None else (INT_HI if integer else None)
+    if lo is not None and (value < lo or (exclusive_lo and value == lo)):
+        rel = "greater than" if exclusive_lo else "at least"
+        raise ValueRuleError(f"expected {word} {rel} {bound_text(lo)}, got {show(given, limit)}")
+    if top is not None and value > top:
+        raise ValueRuleError(f"expected {word} at most {bound_text(top)}, got "
+                             f"{show(given, limit)}")
+    return value
+
+
+def choice(value: Any, choices: list[str] | tuple[str, ...], limit: int = 60) -> str:
+    """``value`` if it is one of ``choices``, else ``ValueRuleError`` listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueRuleError(f"expected one of {', '.join(choices)}, got {show(value, limit)}")
+    return value
+
+
+def known_keys(mapping: dict[str, Any], keys: list[str] | tuple[str, ...],
+               qualifier: str = "") -> None:
+    """Every key of ``mapping`` is one of ``keys``; else ``ValueRuleError`` naming the first
+    unknown one with a "did you mean" (the message starts with the key: ``KEY: unknown key``)."""
+    for key in mapping:
+        if key not in keys:
+            name = key if isinstance(key, str) and key.isprintable() else show(key)
+            raise ValueRuleError(f"{name}: " + unknown_key(key, list(keys), qualifier))
