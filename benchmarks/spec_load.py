@@ -72,6 +72,8 @@ class Setup:
     tp: int
     draft_model: str
     eagle_profile: str
+    hardware: str = "H100-SXM"
+    weights: str = "bf16"
 
 
 SETUPS = {
@@ -130,11 +132,18 @@ def selfspec_seconds(setup: Setup, ctx: Context, batch: int) -> float:
 
 def speculation(setup: Setup, method: str, ctx: Context | None = None,
                 batch: int | None = None) -> tuple[dict[str, Any], str]:
-    """The speculation section and the workload class its acceptance is given for."""
-    if method == "selfspec":
+    """The speculation section and the workload class its acceptance is given for.
+    ``selfspec-G`` / ``eagle3-kK-aA`` name a draft length (and a stated alpha) other than
+    the defaults, for the published curves' own settings."""
+    if method.startswith("selfspec"):
+        gamma = int(method.split("-")[1]) if "-" in method else GAMMA
         sec = selfspec_seconds(setup, ctx, batch) if batch else 1e-3
-        return {"method": "draft_model", "k": GAMMA, "draft_cost": {"seconds_per_token": sec},
+        return {"method": "draft_model", "k": gamma, "draft_cost": {"seconds_per_token": sec},
                 "acceptance": {"alpha": 0.8}}, "chat"
+    if method.startswith("eagle3-"):
+        _, k, a = method.split("-")
+        return {"method": "eagle3", "k": int(k[1:]),
+                "acceptance": {"alpha": float(a[1:])}}, "chat"
     if method == "none":
         return {"method": "none"}, "chat"
     if method == "draft_model":
@@ -166,9 +175,10 @@ def scenario(setup: Setup, ctx: Context, method: str, *, n: int, clients: int | 
         wl["closed_loop"] = {"clients": clients}
     return {
         "name": f"spec-load-{setup.key}-{ctx.key}-{method}", "seed": SEED,
-        "hardware": {"accelerator": "H100-SXM", "count": setup.tp, "tensor_parallel": setup.tp},
+        "hardware": {"accelerator": setup.hardware, "count": setup.tp,
+                     "tensor_parallel": setup.tp},
         "model": setup.model,
-        "quantization": {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"},
+        "quantization": {"weights": setup.weights, "activations": "bf16", "kv_cache": "bf16"},
         "speculation": spec,
         "scheduler": {"max_batch": 256, "token_budget": token_budget},
         "workload": wl,
@@ -243,7 +253,7 @@ _DEPLOYMENTS: dict[tuple[str, str, str, int | None], Deployment] = {}
 
 
 def deployment(setup: Setup, ctx: Context, method: str, batch: int | None = None) -> Deployment:
-    key = (setup.key, ctx.key, method, batch if method == "selfspec" else None)
+    key = (setup.key, ctx.key, method, batch if method.startswith("selfspec") else None)
     if key not in _DEPLOYMENTS:
         sc, base, _ = load_scenario(scenario(setup, ctx, method, n=1, batch=batch))
         _DEPLOYMENTS[key] = Deployment(sc, base)
@@ -362,6 +372,242 @@ def shape(points: list[tuple[int, float]]) -> tuple[str, str, str, str, str]:
     return (f"{first[1]:.2f} @{first[0]}", s32, f"{last[1]:.2f} @{last[0]}", ratio, cross)
 
 
+# ------------------------------------------------------------------ published curves, point by point
+
+SPEEDUP_TOL, STEP_TOL, CROSS_TOL = 20.0, 15.0, 25.0  # % per point / crossover (issue 23 part 6)
+
+
+@dataclass(frozen=True)
+class Point:
+    x: int  # batch (requests in flight)
+    speedup: float | None  # published speedup (None: the source gives a step ratio only)
+    method: str  # speculation() name at this point (the source's own k)
+    al: float | None = None  # published acceptance length (tau), used where given
+    step_ratio: float | None = None  # published step-cost ratio spec / no-spec, if any
+
+
+@dataclass(frozen=True)
+class Curve:
+    """A published load curve and the simulated configuration it is compared with."""
+
+    name: str
+    source: str
+    setup: Setup
+    ctx: Context
+    points: tuple[Point, ...]
+    match: str  # "matched: ..." or "proxy: what differs"
+
+
+def _ctx(key: str, prompt: int, output: int) -> Context:
+    return Context(key, (prompt, prompt), (output, output))
+
+
+def _setup(key: str, label: str, model: str, tp: int, hw: str, weights: str = "bf16") -> Setup:
+    return Setup(key, label, model, tp, "Llama-3.2-1B", "llama3.1-8b-eagle3", hw, weights)
+
+
+A3_NOTE = ("matched: model, GPU, TP8 and each row's own gamma; the source's engine is gpt-fast "
+           "(a fixed batch's decode step is what both price); acceptance not published: stated "
+           "alpha 0.8 (assumed); decode length not published: 256 (assumed)")
+A2_NOTE = ("proxy: Qwen3-32B for Qwen3.8-27B (not in the catalog), B200 uncalibrated, the "
+           "speculator priced as an EAGLE-3 head with the source's k; tau = the published AL "
+           "per point; prompt 200 tokens (assumed; the source gives output lengths only); "
+           "decode-phase price vs the run's throughput gain (outputs >> prompts)")
+A2_AL_DSPARK_HE = (3.40, 3.36, 3.44, 3.44, 3.45, 3.43, 3.44, 3.43)
+A2_AL_DSPARK_MATH = (4.59, 4.49, 4.61, 4.65, 4.61, 4.67, 4.67, 4.67)
+A2_AL_MTP_HE = (2.25, 2.27, 2.28, 2.29, 2.26, 2.27, 2.28, 2.27)
+A2_N = (1, 2, 4, 8, 16, 32, 64, 128)
+A2_BASE = (92, 177, 346, 671, 1250, 2238, 3666, 5359)  # HumanEval baseline tok/s
+A2_MTP = (178.84, 360.73, 687.48, 1272.76, 2249.44, 3706.57, 5173.85, 6128.96)
+
+
+def _a2(gains, als, method) -> tuple[Point, ...]:
+    """A2's points: throughput gain and AL per N; the step-cost ratio AL / gain (derived)."""
+    return tuple(Point(n, g, method, al, al / g) for n, g, al in zip(A2_N, gains, als,
+                                                                      strict=True))
+
+
+A3_SRC = "Infini-AI-Lab/MagicDec index.html @09cd671"
+A2_SRC = "vllm-project/speculators @01d6d4d (MTP CSV @8685273)"
+_B200 = _setup("a2-qwen32b-b200", "Qwen3-32B, 1x B200", "Qwen3-32B", 1, "B200")
+CURVES = (
+    Curve("A3 MagicDec Llama3.1-8B selfspec, 32K, 8x H100", A3_SRC,
+          _setup("a3-8b-h100", "Llama-3.1-8B, 8x H100-SXM TP8", "Llama-3.1-8B", 8, "H100-SXM"),
+          _ctx("32k", 32000, 256),
+          (Point(32, 1.23, "selfspec-3"), Point(64, 1.43, "selfspec-3")), A3_NOTE),
+    Curve("A3 MagicDec Llama3.1-8B selfspec, 32K, 8x A100", A3_SRC,
+          _setup("a3-8b-a100", "Llama-3.1-8B, 8x A100-SXM-80GB TP8", "Llama-3.1-8B", 8,
+                 "A100-SXM-80GB"), _ctx("32k", 32000, 256),
+          (Point(32, 1.22, "selfspec-3"), Point(64, 1.38, "selfspec-3"),
+           Point(128, 1.47, "selfspec-4")), A3_NOTE),
+    Curve("A3 MagicDec Llama2-7B selfspec, 8K, 8x H100", A3_SRC,
+          _setup("a3-7b-h100", "Llama-2-7B, 8x H100-SXM TP8", "Llama-2-7B", 8, "H100-SXM"),
+          _ctx("8k", 8000, 256),
+          (Point(32, 1.19, "selfspec-3"), Point(64, 1.42, "selfspec-4"),
+           Point(128, 1.65, "selfspec-4")),
+          A3_NOTE + "; the catalog's Llama-2-7B stops at 4,096 tokens (MagicDec extends it): "
+          "priced at 8K through the per-op model, which does not check it"),
+    Curve("A3 MagicDec Llama2-7B selfspec, 8K, 8x A100", A3_SRC,
+          _setup("a3-7b-a100", "Llama-2-7B, 8x A100-SXM-80GB TP8", "Llama-2-7B", 8,
+                 "A100-SXM-80GB"), _ctx("8k", 8000, 256),
+          (Point(32, 1.18, "selfspec-3"), Point(64, 1.48, "selfspec-3"),
+           Point(128, 1.63, "selfspec-4")),
+          A3_NOTE + "; Llama-2-7B past its catalog 4,096 tokens, as above"),
+    Curve("A2 Qwen3.8-27B + DSpark k=7, HumanEval, 1x B200, vLLM", A2_SRC, _B200,
+          _ctx("humaneval", 200, 760),
+          _a2((2.70, 2.65, 2.63, 2.42, 2.08, 1.59, 1.10, 0.74), A2_AL_DSPARK_HE,
+              "eagle3-k7-a0.72"), A2_NOTE),
+    Curve("A2 Qwen3.8-27B + DSpark k=7, math, 1x B200, vLLM", A2_SRC, _B200,
+          _ctx("math", 200, 305),
+          _a2((3.64, 3.44, 3.28, 3.01, 2.61, 1.99, 1.36, 0.95), A2_AL_DSPARK_MATH,
+              "eagle3-k7-a0.8"), A2_NOTE),
+    Curve("A2 Qwen3.8-27B + MTP k=2, HumanEval, 1x B200, vLLM (gain derived)", A2_SRC, _B200,
+          _ctx("humaneval", 200, 760),
+          _a2(tuple(m / b for m, b in zip(A2_MTP, A2_BASE, strict=True)), A2_AL_MTP_HE,
+              "eagle3-k2-a0.7"),
+          A2_NOTE.replace("EAGLE-3 head", "EAGLE-3 head (no catalog model has MTP layers)")
+          + "; the MTP and baseline servers had different max-num-seqs (the source's caveat)"),
+    Curve("A7 vLLM, speculator configured at K=0 (TPOT ratio)", "vLLM issue #49548",
+          _setup("a7-qwen32b-fp8", "Qwen3-32B FP8, 1x H100-SXM", "Qwen3-32B", 1, "H100-SXM",
+                 "fp8"), _ctx("a7", 400, 100),
+          (Point(2, None, "eagle3-k0", None, 15.317 / 14.374),
+           Point(189, None, "eagle3-k0", None, 93.820 / 77.164)),
+          "proxy: Qwen3-32B FP8 weights on H100-SXM for gemma-4-31B FP8 on H100 NVL (neither "
+          "in the catalog); CIRCULAR: the bundled spec_step/seq overheads are fitted to these "
+          "two points (benchmarks/engine_fit.py), so this checks their transfer to another "
+          "model, not the model"),
+)
+
+NOT_COMPARED = (
+    ("A1 DeepSeek-V3 + MTP k=2, 8x MI300X, SGLang", "DeepSeek-V3 is not in the catalog and "
+     "method mtp needs a model with MTP layers (none has); MI300X has no fitted profile"),
+    ("A4 TRT-LLM n-gram, Llama-4-Scout-17B-16E FP8, 8x B200", "Llama-4-Scout is not in the "
+     "catalog; the n-gram acceptance per batch is not published (only E2E runtime)"),
+    ("A5 DeepSeek-V3 MTP, H200, SGLang", "two regimes, not a curve; PD + large EP at 128x "
+     "H200; DeepSeek-V3 not in the catalog"),
+    ("A6 MiniCPM3-4B + EAGLE-3, RTX 4090", "neither the model nor the GPU is in the catalog"),
+    ("A8", "qualitative statements, no points"),
+)
+
+
+def crossover(points) -> tuple[float, str] | None:
+    """Where a speedup curve first crosses 1: x interpolated linearly in log x between the
+    two points that bracket it, and which way it crosses; None if it never does."""
+    pts = sorted((float(x), float(y)) for x, y in points)
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:], strict=False):
+        if (y0 > 1.0 >= y1) or (y0 < 1.0 <= y1):
+            f = (y0 - 1.0) / (y0 - y1)
+            x = math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))
+            return x, ("falls below" if y0 > 1.0 else "rises above")
+    return None
+
+
+def sim_point(curve: Curve, x: int, method: str, al: float | None) -> tuple[float, float]:
+    """(speedup, step-cost ratio spec / no-spec) of one pure-decode step at ``x`` rows and
+    the curve's mean decode context, from the executor's price; tau is the published AL
+    where the source gives one, else the acceptance's expectation at k."""
+    setup, ctx = curve.setup, curve.ctx
+    context = ctx.prompt_mean + ctx.output_mean / 2
+    t0 = step_price(deployment(setup, ctx, "none"), x, context, 0)[0]
+    if method.endswith("-k0"):  # a speculator configured, nothing drafted (A7)
+        dt = step_price(deployment(setup, ctx, "eagle3-k4-a0.7"), x, context, 0)[0]
+        return t0 / dt, dt / t0
+    d = deployment(setup, ctx, method, x)
+    spec, cls = speculation(setup, method, ctx, x)
+    k = spec["k"]
+    tau = al if al is not None else 1.0 + float(d.acceptance.for_class(cls).survival(k).sum())
+    dt = step_price(d, x, context, k)[0]
+    return tau * t0 / dt, dt / t0
+
+
+def _err(sim: float, pub: float) -> float:
+    return abs(sim / pub - 1.0) * 100.0
+
+
+def compare_curves(grid: int) -> list[dict[str, Any]]:
+    """Each comparable published curve against the simulator, point by point, and its
+    crossover (the simulated curve on ``grid`` points per doubling between the published
+    batches, at the nearest published point's k and AL)."""
+    out = []
+    for c in CURVES:
+        rows = []
+        for pt in c.points:
+            sp, ratio = sim_point(c, pt.x, pt.method, pt.al)
+            rows.append({"x": pt.x, "pub": pt.speedup, "sim": sp, "pub_ratio": pt.step_ratio,
+                         "sim_ratio": ratio, "method": pt.method,
+                         "err": _err(sp, pt.speedup) if pt.speedup else None,
+                         "ratio_err": (_err(ratio, pt.step_ratio) if pt.step_ratio else None)})
+        res: dict[str, Any] = {"curve": c, "rows": rows, "pub_cross": None, "sim_cross": None,
+                               "cross_err": None}
+        pub = [(pt.x, pt.speedup) for pt in c.points if pt.speedup]
+        if len(pub) >= 2:
+            lo, hi = math.log2(pub[0][0]), math.log2(pub[-1][0])
+            xs = sorted({round(2 ** (lo + i / grid)) for i in range(int((hi - lo) * grid) + 1)}
+                        | {x for x, _ in pub})
+            near = [min(c.points, key=lambda p, x=x: abs(math.log2(p.x / x))) for x in xs]
+            curve = [(x, sim_point(c, x, p.method, p.al)[0]) for x, p in zip(xs, near,
+                                                                             strict=True)]
+            res["pub_cross"], res["sim_cross"] = crossover(pub), crossover(curve)
+            if res["pub_cross"] and res["sim_cross"]:
+                res["cross_err"] = _err(res["sim_cross"][0], res["pub_cross"][0])
+        out.append(res)
+    return out
+
+
+def print_comparisons(results: list[dict[str, Any]]) -> list[list[str]]:
+    """Per point tables and the verdict rows (targets: speedup within 20%, step-cost ratio
+    within 15% per point, crossover within 25%)."""
+    verdict = []
+    for r in results:
+        c = r["curve"]
+        body = [[str(x["x"]), x["method"], fmt(x["pub"]), fmt(x["sim"]),
+                 fmt(x["err"], 1) + "%" if x["err"] is not None else "-",
+                 fmt(x["pub_ratio"], 3), fmt(x["sim_ratio"], 3),
+                 fmt(x["ratio_err"], 1) + "%" if x["ratio_err"] is not None else "-"]
+                for x in r["rows"]]
+        table(["batch", "sim method", "published x", "simulated x", "error", "published "
+               "step ratio", "simulated step ratio", "error"], body,
+              f"{c.name} ({c.source}) vs {c.setup.label}, context {c.ctx.prompt_mean} + "
+              f"{c.ctx.output_mean}\n  {c.match}")
+
+        def cross(x):
+            return "none" if x is None else f"{x[1]} at {x[0]:.0f}"
+
+        sp = [x["err"] for x in r["rows"] if x["err"] is not None]
+        st = [x["ratio_err"] for x in r["rows"] if x["ratio_err"] is not None]
+        pc, sc = r["pub_cross"], r["sim_cross"]
+        if not sp:
+            cross_ok = "-"
+        elif pc is None and sc is None:
+            cross_ok = "yes (neither crosses)"
+        elif r["cross_err"] is not None:
+            cross_ok = "yes" if r["cross_err"] <= CROSS_TOL else "no"
+        else:
+            cross_ok = "no (one crosses)"
+        print(f"  crosses 1: published {cross(pc)}, simulated {cross(sc)}"
+              + (f" (error {r['cross_err']:.0f}%)" if r["cross_err"] is not None else ""))
+        verdict.append([c.name[:58], c.match.split(":")[0],
+                        f"{sum(e <= SPEEDUP_TOL for e in sp)}/{len(sp)}" if sp else "-",
+                        fmt(max(sp), 1) + "%" if sp else "-",
+                        f"{sum(e <= STEP_TOL for e in st)}/{len(st)}" if st else "-",
+                        fmt(max(st), 1) + "%" if st else "-",
+                        cross(pc), cross(sc), cross_ok,
+                        ("yes" if all(e <= SPEEDUP_TOL for e in sp) else "no") if sp else "-",
+                        ("yes" if all(e <= STEP_TOL for e in st) else "no") if st else "-"])
+    return verdict
+
+
+def print_verdict(verdict: list[list[str]]) -> None:
+    table(["curve", "match", "speedup pts ok", "worst", "step-ratio pts ok", "worst",
+           "published crossing", "simulated crossing", f"crossing <= {CROSS_TOL:g}%",
+           f"speedup <= {SPEEDUP_TOL:g}%", f"step <= {STEP_TOL:g}%"], verdict,
+          "Targets per published curve (speedup within 20% and step-cost ratio within 15% at "
+          "every point, crossover batch within 25%); 'proxy' rows differ in model or GPU")
+    print("Not compared (the model, engine or k cannot be matched):")
+    for name, why in NOT_COMPARED:
+        print(f"  {name}: {why}")
+
+
 # ------------------------------------------------------------------ printing
 
 
@@ -454,8 +700,12 @@ def main() -> int:
     ap.add_argument("--model", choices=["8b", "70b", "all"], default="all",
                     help="8b also runs the long context on 8x H100 TP8 (MagicDec's setup)")
     ap.add_argument("--context", choices=["short", "long", "both"], default="both")
+    ap.add_argument("--compare-only", action="store_true",
+                    help="only the published curves, point by point (a few seconds)")
     args = ap.parse_args()
     t_start = time.perf_counter()
+    if args.compare_only:
+        return compare_published(args.quick, t_start)
     batches = [1, 8, 32, 128] if args.quick else [1, 2, 4, 8, 16, 32, 64, 128]
     price_batches = [1, 8, 32, 64, 128, 256] if args.quick else [1, 2, 4, 8, 16, 32, 64, 128,
                                                                     256]
@@ -516,8 +766,17 @@ def main() -> int:
             parts.append(f"{SHORT[m]} {100 * extra[0]:+.2f}% / {100 * extra[1]:+.2f}%")
         print(f"  simulator, {setup.model} with a drafter configured and k=0, at batch 2 / 189: "
               + "; ".join(parts))
-    print("Note: the published rows differ in model, hardware, engine, k and acceptance; compare "
-          "shapes (the decline per doubling, the sign of the trend, the crossing), not values.")
+    print("Note: the shape table's published rows differ in model, hardware, engine, k and "
+          "acceptance; the point-by-point comparison below matches them where it can.")
+    return compare_published(args.quick, t_start)
+
+
+def compare_published(quick: bool, t_start: float) -> int:
+    """Every comparable published curve point by point, the crossovers and the verdict."""
+    print("\nPublished curves point by point (shared/REFERENCES-speculation-load.md): simulated "
+          "speedup = tau x decode step / speculative step from the executor's price at the "
+          "curve's batch and mean decode context; step ratio = speculative step / decode step")
+    print_verdict(print_comparisons(compare_curves(2 if quick else 4)))
     print(f"\ntotal wall time: {time.perf_counter() - t_start:.1f} s")
     return 0
 

@@ -231,3 +231,39 @@ def test_long_context_self_speculation_speedup_rises_with_batch():
         sim[b] = runs[0]["tpot_s"]["mean"] / runs[1]["tpot_s"]["mean"]
     assert priced[64] > priced[8], priced
     assert sim[64] > sim[8], sim
+
+
+_BENCH = _benchmark()
+
+
+def test_crossover_on_a_synthetic_curve():
+    """The crossover finder: a log-linear decline crossing 1 at batch 96 is found at 96
+    (interpolated in log batch between 64 and 128); a rise from below is named; a curve
+    above 1 throughout has none."""
+    import math
+
+    def falls(x):
+        return 1.0 - 0.3 * math.log2(x / 96.0)
+
+    x, way = _BENCH.crossover([(b, falls(b)) for b in (1, 4, 16, 64, 128, 256)])
+    assert x == pytest.approx(96.0, rel=1e-9) and way == "falls below"
+    x, way = _BENCH.crossover([(32, 0.8), (64, 1.0), (128, 1.4)])
+    assert x == pytest.approx(64.0) and way == "rises above"
+    assert _BENCH.crossover([(1, 2.0), (8, 1.5), (64, 1.01)]) is None
+    # unsorted input, first crossing wins
+    x, way = _BENCH.crossover([(64, 0.9), (1, 2.0), (256, 1.2), (32, 1.1)])
+    assert 32 < x < 64 and way == "falls below"
+
+
+def test_published_curve_comparison_uses_the_published_tau():
+    """A point's simulated speedup is tau x decode / step with the source's AL as tau, so
+    doubling the AL doubles the speedup and leaves the step-cost ratio alone; a speculator
+    configured with nothing drafted costs more than none (A7's floor)."""
+    curve = next(c for c in _BENCH.CURVES if "MTP k=2" in c.name)
+    pt = curve.points[0]
+    s1, r1 = _BENCH.sim_point(curve, pt.x, pt.method, pt.al)
+    s2, r2 = _BENCH.sim_point(curve, pt.x, pt.method, 2 * pt.al)
+    assert s2 == pytest.approx(2 * s1) and r2 == r1 > 1.0
+    a7 = next(c for c in _BENCH.CURVES if c.name.startswith("A7"))
+    ratios = [_BENCH.sim_point(a7, p.x, p.method, p.al)[1] for p in a7.points]
+    assert 1.0 < ratios[0] < ratios[1]
