@@ -248,6 +248,15 @@ def print_identified(console, ev: dict) -> None:
                   + "; flat (no stage moves with it): " + (", ".join(counts["flat"]) or "none")
                   + ". On a bound the interval is the room the data would leave it were it "
                   "freed alone.")
+    full, bundled = ev["cals"][("full", "all")], ev["doc"]["fitted"]
+    moved = {k: (getattr(full, k), bundled.get(k)) for k in ev["params"]
+             if not math.isclose(getattr(full, k), bundled.get(k) or 0.0, rel_tol=1e-4,
+                                 abs_tol=1e-9)}
+    console.print("the full refit " + ("equals the bundled profile's engine stack (within "
+                                       "1e-4): the 'full' column is the shipped profile"
+                                       if not moved else "differs from the bundled profile: "
+                                       + ", ".join(f"{k} {a:g} (bundled {b})"
+                                                   for k, (a, b) in moved.items())))
     line = ", ".join(f"{k} {np.mean(v):.1f}% mean / {np.max(v):.1f}% worst"
                      for k, v in ev["stage_ape"].items())
     console.print(f"per-stage step time (ms per output token, the fit's own equations): {line}")
