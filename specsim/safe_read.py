@@ -60,13 +60,14 @@ class Cap:
 
 
 YAML_BYTES = Cap("SPECSIM_MAX_YAML_BYTES", 1024**2, "bytes",
-                 "size of a YAML settings file: scenario, plan/sweep space, catalog, "
-                 "calibration or acceptance profile")
+                 "size of a YAML file: a scenario, a `plan --space` file, a calibration or "
+                 "acceptance profile")
 YAML_ALIAS_NODES = Cap("SPECSIM_MAX_YAML_ALIAS_NODES", 10_000, "nodes",
                        "nodes that YAML aliases (*name, <<: *name) add to a document once "
                        "expanded; a scalar counts one node per started KiB")
 DATA_BYTES = Cap("SPECSIM_MAX_DATA_BYTES", 4 * 1024**3, "bytes",
-                 "size of a trace, measurement or import file, on disk and once decompressed")
+                 "size of a trace, a measured run, an acceptance or calibration measurement "
+                 "file, on disk and once decompressed")
 INFLATE_RATIO = Cap("SPECSIM_MAX_INFLATE_RATIO", 100, "x",
                     "decompressed / compressed size of a .gz file (checked after its first "
                     "MiB)")

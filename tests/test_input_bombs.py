@@ -1,5 +1,6 @@
 """Input bombs through the CLI (issue #24): YAML alias bombs, gzip bombs, a huge line, a huge
-header, duplicate keys and columns, files over a size cap. Each is exit 2 with one line,
+header, duplicate keys and columns, files over a size cap, through ``run``, ``validate``,
+``trace stats``, ``plan``, ``sweep --set`` and ``replay``. Each is exit 2 with one line,
 within 500 MB of address space and 10 s, with nothing left where the output would go; an
 input just under each cap still runs.
 
@@ -143,6 +144,19 @@ def _cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str], str | None]]
     cases["validate_gzip_bomb"] = (["validate", s], {}, None)
     cases["run_gzip_bomb"] = (["run", s, "--out", str(out / "f")], {}, str(out / "f"))
 
+    # --- replay: a measured run that is a gzip bomb, one that repeats a key
+    run = tmp / "run.json.gz"
+    with gzip.open(run, "wb", compresslevel=9) as fh:
+        fh.write(b'{"config": {}, "requests": [{"index": 0, "note": "' + b"0" * 50_000_000
+                 + b'"}]}')
+    cases["replay_gzip_bomb"] = (["replay", str(run), "--out", str(out / "h")], {},
+                                 str(out / "h"))
+    twice = tmp / "twice.json.gz"
+    with gzip.open(twice, "wt") as fh:
+        fh.write('{"config": {"block_size": 16, "block_size": 32}, "requests": []}')
+    cases["replay_duplicate_json_key"] = (["replay", str(twice), "--out", str(out / "i")], {},
+                                          str(out / "i"))
+
     # --- a single huge line; a huge repeated header; duplicate columns and keys
     huge = tmp / "huge_line.csv"
     huge.write_bytes(b"arrival_s,prompt_tokens,output_tokens\n0.5,10,1" + b"0" * 30_000_000)
@@ -238,6 +252,8 @@ BOMBS = {
     "trace_stats_gzip_bomb": "SPECSIM_MAX_INFLATE_RATIO",
     "validate_gzip_bomb": "SPECSIM_MAX_INFLATE_RATIO",
     "run_gzip_bomb": "SPECSIM_MAX_INFLATE_RATIO",
+    "replay_gzip_bomb": "SPECSIM_MAX_INFLATE_RATIO",
+    "replay_duplicate_json_key": "twice.json.gz: key 'block_size' appears twice in one object",
     "trace_stats_huge_line": "huge_line.csv line 2: a line longer than allowed",
     "trace_stats_huge_header": "SPECSIM_MAX_COLUMNS",
     "trace_stats_too_many_columns": "a header of 5,000 columns",
