@@ -282,6 +282,8 @@ def cmd_acceptance_import(args: argparse.Namespace) -> int:
 
 def _add_acceptance_commands(sub) -> None:
     """``specsim acceptance import``: measured acceptance -> a profile YAML (imports lazily)."""
+    from specsim import flags
+
     acc = sub.add_parser("acceptance", help="acceptance profiles: import measured acceptance")
     accsub = acc.add_subparsers(dest="acceptance_command", required=True)
     imp = accsub.add_parser(
@@ -308,8 +310,8 @@ def _add_acceptance_commands(sub) -> None:
     imp.add_argument("--class", dest="cls", metavar="C", help="workload class of the figures "
                      "(default: 'default'; specdec: keep only this prompt kind)")
     imp.add_argument("--drafter", help="specdec: which drafter's runs (e.g. prompt-lookup)")
-    imp.add_argument("--k", type=int, help="prometheus without per-position counters: the "
-                     "configured draft length")
+    imp.add_argument("--k", type=flags.positive_int, help="prometheus without per-position "
+                     "counters: the configured draft length")
     imp.add_argument("--form", choices=("positions", "tau"), default="positions",
                      help="write per-position alphas (default) or tau at k")
     imp.add_argument("--force", action="store_true", help="replace an existing --out file")
@@ -333,7 +335,9 @@ def _simulate_runs(*args, **kwargs):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    from specsim import flags  # numeric flags checked as they are read; errors on one line
+
+    p = flags.OneLineParser(
         prog="specsim",
         description="Simulate LLM serving with speculative decoding: latency, throughput, "
                     "cost and energy.",
@@ -349,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(or .csv), report.md: new or empty (a previous specsim output only with --force)")
     r.add_argument("--force", action="store_true",
                    help="replace a previous specsim output in --out (never other files)")
-    r.add_argument("--seed", type=int, help="override the scenario's seed")
+    r.add_argument("--seed", type=flags.seed, help="override the scenario's seed")
     r.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                    help="override a scenario key (repeatable), validated like the file")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -393,8 +397,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "model:, hardware:, ...; its workload is ignored)")
     rp.add_argument("--model", help="catalog model (default: the run's)")
     rp.add_argument("--hardware", help="catalog accelerator (default: the run's GPU)")
-    rp.add_argument("--tp", type=int, help="tensor parallelism (default: the run's)")
-    rp.add_argument("--limit", type=int, metavar="N", help="replay only the first N requests")
+    rp.add_argument("--tp", type=flags.positive_int,
+                    help="tensor parallelism (default: the run's)")
+    rp.add_argument("--limit", type=flags.positive_int, metavar="N",
+                    help="replay only the first N requests")
     rp.add_argument("--quiet", action="store_true", help="no progress bar")
     rp.add_argument("--no-report", action="store_true", help="skip report.md and its plots")
     rp.set_defaults(func=cmd_replay)

@@ -6,8 +6,11 @@ float64 columns and two int8 ones, ~190 bytes), the trace it came from, the
 request measured on ``scenarios/chat.yaml`` (peak RSS, 1k vs 50k requests), budgeted
 here at 1 KB. The iteration log (12 float64 columns per iteration, a doubling buffer,
 then a DataFrame copy) adds about 6.5 KB per request on the same scenario (~23
-iterations per request), budgeted at 7 KB. Each worker (its SimPy process, kernel,
-scheduler, KV allocator and ledger) takes ~3-4 KB, budgeted at 5 KB.
+iterations per request), budgeted at 7 KB. Each worker (its SimPy process, kernel and its
+buffers, scheduler, KV allocator and ledger) takes ~6.3 KB with the numpy kernel and ~8.5 KB
+with the compiled one (peak RSS, 5k-20k workers on ``chat.yaml``), budgeted at 10 KB; a
+prefix cache adds ~3.6 KB per worker (budgeted 4 KB) and each KV tier below HBM ~0.75 KB
+(budgeted 1 KB).
 
 The budget is 80% of the memory available now (``MemAvailable`` in ``/proc/meminfo``,
 capped by a cgroup limit when there is one; half the physical memory where neither can
@@ -25,7 +28,12 @@ from specsim.errors import ScenarioError
 
 REQUEST_BYTES = 1024  # request table + trace + requests.csv frame + summary temporaries
 ITERATION_BYTES_PER_REQUEST = 7 * 1024  # the iteration log, per request (chat.yaml: ~23 rows)
-WORKER_BYTES = 5 * 1024  # one worker's Python objects
+WORKER_BYTES = 10 * 1024  # one worker's Python objects and kernel buffers
+PREFIX_CACHE_BYTES = 4 * 1024  # a worker's prefix cache (its page tables and LRU)
+TIER_BYTES = 1024  # a worker's KV tier below HBM
+#: the latest arrival a run simulates: over three years; float64 time there still resolves
+#: 15 ns, while at 1e300 s adding a step's duration changes nothing
+MAX_ARRIVAL_S = 1e8
 BUDGET_SHARE = 0.8  # of the memory available now
 FALLBACK_BYTES = 8 * 1024**3  # when nothing can be read
 ENV = "SPECSIM_MEMORY_LIMIT_GB"
@@ -87,12 +95,14 @@ def memory_budget() -> tuple[int, str]:
     return FALLBACK_BYTES, "assumed available"
 
 
-def _gb(n: float) -> str:
+def gb(n: float) -> str:
+    """Bytes as a message shows them: "1.5 GB", "4,096 GB"."""
     gb = n / 1e9
     return f"{gb:,.0f} GB" if gb >= 100 else f"{gb:.3g} GB"
 
 
-def _hint(where: str) -> str:
+def hint(where: str) -> str:
+    """The override named in a refusal, unless the budget already came from it."""
     return "" if ENV in where else f" (the limit can be overridden with {ENV})"
 
 
@@ -117,21 +127,55 @@ def check_requests(n_requests: int, key: str, *, record_iterations: bool = True)
         tip += ", or set simulation.record_iterations: false (~1 KB per request)"
     per = "~8 KB per request with the iteration log" if record_iterations else \
         "~1 KB per request"
-    raise ScenarioError(f"{key}: {int(n_requests):,} requests need ~{_gb(need)} of memory "
-                        f"({per}), more than the {_gb(budget)} {where}; {tip}{_hint(where)}")
+    raise ScenarioError(f"{key}: {int(n_requests):,} requests need ~{gb(need)} of memory "
+                        f"({per}), more than the {gb(budget)} {where}; {tip}{hint(where)}")
+
+
+def worker_bytes(*, prefix_cache: bool = False, tiers: int = 0) -> int:
+    """Estimated bytes one worker holds: its objects and buffers, its prefix cache, its
+    KV tiers below HBM."""
+    return WORKER_BYTES + (PREFIX_CACHE_BYTES if prefix_cache else 0) + int(tiers) * TIER_BYTES
 
 
 def check_workers(n_workers: int, key: str = "hardware.count", *,
-                  devices: int | None = None) -> None:
+                  devices: int | None = None, prefix_cache: bool = False,
+                  tiers: int = 0) -> None:
     """Raise ScenarioError naming ``key`` when ``n_workers`` workers would not fit in memory.
 
-    Call it before building the workers; ``devices`` (the fleet size) only words the message.
+    Call it before building the workers; ``devices`` (the fleet size) only words the message;
+    ``prefix_cache`` and ``tiers`` (KV tiers below HBM) add to each worker's state.
     """
-    need = int(n_workers) * WORKER_BYTES
+    per = worker_bytes(prefix_cache=prefix_cache, tiers=tiers)
+    need = int(n_workers) * per
     budget, where = memory_budget()
     if need <= budget:
         return
     fleet = f"{int(devices):,} devices -> " if devices is not None else ""
-    raise ScenarioError(f"{key}: {fleet}{int(n_workers):,} workers need ~{_gb(need)} of memory "
-                        f"(~5 KB each), more than the {_gb(budget)} {where}; use fewer "
-                        f"devices or a larger tensor_parallel{_hint(where)}")
+    counted = f"~{WORKER_BYTES // 1024} KB each" + (
+        f" + ~{PREFIX_CACHE_BYTES // 1024} KB of prefix cache" if prefix_cache else "") + (
+        f" + ~{TIER_BYTES // 1024} KB per KV tier x {int(tiers)}" if tiers else "")
+    raise ScenarioError(f"{key}: {fleet}{int(n_workers):,} workers need ~{gb(need)} of memory "
+                        f"({counted}), more than the {gb(budget)} {where}; use fewer "
+                        f"devices or a larger tensor_parallel{hint(where)}")
+
+
+# ---------------------------------------------------------------------------- shapes
+def check_tensor_parallel(tp: int, n_heads: int, n_kv_heads: int, model: str,
+                          key: str = "hardware.tensor_parallel") -> None:
+    """Raise ScenarioError naming ``key`` when ``tp`` devices cannot split the model's
+    attention: vLLM's rule (``ModelConfig.verify_with_parallel_config``: the attention heads
+    divide evenly; ``QKVParallelLinear``: the KV heads divide evenly, or, with more devices
+    than KV heads, each KV head is copied to a whole number of devices)."""
+    tp, heads, kv = int(tp), int(n_heads), int(n_kv_heads)
+    if heads % tp:
+        raise ScenarioError(f"{key}: {model} has {heads} attention heads, which {tp:,} devices "
+                            f"cannot split evenly; expected a divisor of {heads} "
+                            f"({_divisors(heads)})")
+    if kv and (kv % tp if tp < kv else tp % kv):
+        raise ScenarioError(f"{key}: {model} has {kv} KV heads, which {tp:,} devices cannot "
+                            f"split evenly (nor copy to a whole number of devices each); "
+                            f"expected a divisor or a multiple of {kv}")
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)

@@ -154,9 +154,20 @@ def test_pd_split_in_the_space_file_and_bad_splits(tmp_path):
 
     df = pd.read_csv(out / "plan.csv")
     assert sorted(df["disaggregation"]) == ["PD 1:1", "mixed"]
-    space.write_text("disaggregation:\n  - {prefill: {count: 0}, decode: {count: 1}}\n")
+    space.write_text("disaggregation:\n  - {prefill: {count: 1, accelerator: NOPE}, "
+                     "decode: {count: 1}}\n")
     assert main(["plan", PD, "--slo", "ttft_p99=0.5", "--qps", "10", "--space", str(space),
                  "--quiet", "--out", str(tmp_path / "bad")]) == 0  # rule 2: rejected, with why
     bad = pd.read_csv(tmp_path / "bad" / "plan.csv")
     assert not bad["feasible"].any()
-    assert "disaggregation.prefill.count: expected a positive integer" in bad["why_rejected"][0]
+    assert "disaggregation.prefill.accelerator: " in bad["why_rejected"][0]
+
+
+def test_a_space_value_the_schema_refuses_is_one_line_before_planning(tmp_path, capsys):
+    space = tmp_path / "space.yaml"  # a split the schema refuses: refused like a sweep's value
+    space.write_text("disaggregation:\n  - {prefill: {count: 0}, decode: {count: 1}}\n")
+    assert main(["plan", PD, "--slo", "ttft_p99=0.5", "--qps", "10", "--space", str(space),
+                 "--quiet", "--out", str(tmp_path / "bad")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "disaggregation.prefill.count: expected a positive integer" in err[0]
+    assert not (tmp_path / "bad").exists()

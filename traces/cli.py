@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def add_trace_commands(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``trace stats`` and ``trace fit`` on an argparse subparsers object."""
+    from specsim import flags  # numeric flags checked as they are read
+
     trace = subparsers.add_parser("trace", help="inspect request traces and fit generators to them")
     commands = trace.add_subparsers(dest="trace_command", metavar="{stats,fit}", required=True)
 
@@ -37,7 +39,8 @@ def add_trace_commands(subparsers: Any) -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the statistics as JSON instead of tables"
     )
     stats.add_argument(
-        "--window", type=float, metavar="S", help="rate window in seconds (default: ~60 windows)"
+        "--window", type=flags.positive_seconds, metavar="S",
+        help="rate window in seconds (default: ~60 windows)"
     )
     stats.add_argument("--keep-failed", action="store_true", help="count failed requests too")
     stats.add_argument("--force", action="store_true", help="replace an existing --png file")
@@ -66,7 +69,8 @@ def add_trace_commands(subparsers: Any) -> argparse.ArgumentParser:
         help="length model (default: empirical quantiles)",
     )
     fit.add_argument(
-        "--window", type=float, metavar="S", help="window for --arrival curve, in seconds"
+        "--window", type=flags.positive_seconds, metavar="S",
+        help="window for --arrival curve, in seconds"
     )
     fit.add_argument(
         "--class",

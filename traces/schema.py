@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsim.limits import MAX_ARRIVAL_S
 from specsim.traces.errors import TraceError, show
 
 #: Tokens per prefix block, as in Mooncake's ``hash_ids`` (one id per 512-token block).
@@ -155,10 +156,11 @@ def validate_trace(df: pd.DataFrame, origin: str) -> pd.DataFrame:
     arrival = pd.to_numeric(df["arrival_s"], errors="coerce").to_numpy(
         dtype=np.float64, na_value=np.nan
     )
-    row = _first_bad(~np.isfinite(arrival) | (arrival < 0))
+    row = _first_bad(~np.isfinite(arrival) | (arrival < 0) | (arrival > MAX_ARRIVAL_S))
     if row is not None:
         raise _row_error(
-            origin, row, "arrival_s", "a finite number >= 0", df["arrival_s"].iloc[row]
+            origin, row, "arrival_s", f"a number of seconds from 0 to {MAX_ARRIVAL_S:,.0f} "
+            "(over three years)", df["arrival_s"].iloc[row]
         )
     row = _first_bad(np.diff(arrival) < 0)
     if row is not None:

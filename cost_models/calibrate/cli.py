@@ -18,6 +18,8 @@ def add_calibrate_command(subparsers: argparse._SubParsersAction,
     ``simulate_runs`` replays the measured runs through the simulator (the caller supplies
     it, so this package never imports the simulator); None skips that comparison.
     """
+    from specsim import flags  # numeric flags checked as they are read
+
     c = subparsers.add_parser(
         "calibrate", help="time a torch verification microbenchmark and fit a profile",
         description="Time verification passes (batch x query tokens x context) of a plain torch "
@@ -35,8 +37,9 @@ def add_calibrate_command(subparsers: argparse._SubParsersAction,
                    help="fit to a CSV with columns model, hardware, tensor_parallel, batch_size, "
                         "prompt_len, prefill_ms, decode_ms_per_token")
     c.add_argument("--name", help="profile (and measured hardware) name")
-    c.add_argument("--threads", type=int, help="CPU threads for torch (default min(2, cores), "
-                   "less the cores other processes are busy on)")
+    c.add_argument("--threads", type=flags.integer(1, 1024),
+                   help="CPU threads for torch (default min(2, cores), less the cores other "
+                        "processes are busy on)")
     c.add_argument("--no-e2e", action="store_true",
                    help="skip the speculative-decoding validation on SmolLM2")
     c.add_argument("--fetch-weights", action="store_true",

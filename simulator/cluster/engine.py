@@ -106,11 +106,15 @@ class Deployment:
         self.hw = get_hardware(hw_sec["accelerator"], "hardware.accelerator")
         self.model = get_model(sc["model"], "model")
         self.tp = int(hw_sec["tensor_parallel"])
+        limits.check_tensor_parallel(self.tp, self.model.n_heads, self.model.n_kv_heads,
+                                     self.model.name)
         if hw_sec["count"] % self.tp:
             raise ScenarioError(f"hardware.count: expected a multiple of tensor_parallel "
                                 f"({self.tp}), got {hw_sec['count']}")
         self.n_workers = hw_sec["count"] // self.tp
-        limits.check_workers(self.n_workers, "hardware.count", devices=hw_sec["count"])
+        limits.check_workers(self.n_workers, "hardware.count", devices=hw_sec["count"],
+                             prefix_cache=bool(sc.kv_cache.prefix_cache),
+                             tiers=len(sc.kv_cache.tiers or ()))
         self.calibration = self._calibration(sc.get("calibration"), base_dir)
         self.precision = get_precision(sc.quantization.model_dump(), "quantization")
         self.target = ForwardCostModel(self.model, self.hw, self.tp, self.precision,

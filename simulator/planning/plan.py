@@ -24,10 +24,12 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from specsim.errors import ScenarioError
 from specsim.messages import show as show_value
+from specsim.messages import show_path
 
 #: --slo names -> (metrics key, statistic)
 SLO_KEYS = {"ttft_p50": ("ttft_s", "p50"), "ttft_p90": ("ttft_s", "p90"),
@@ -87,18 +89,54 @@ def parse_slos(items: list[str]) -> dict[str, float]:
     return out
 
 
+def read_space(path: str | None) -> dict[str, list[Any]]:
+    """``--space FILE`` -> its mapping ({} without one); a file that cannot be read or
+    parsed is one line naming it."""
+    if not path:
+        return {}
+    import yaml
+
+    from specsim.yamlio import load
+
+    try:
+        space = load(Path(path).read_text())
+    except OSError as exc:
+        raise ScenarioError(f"--space {show_path(path)}: cannot be read "
+                            f"({exc.strerror or exc})") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" (line {where.line + 1})" if where is not None else ""
+        raise ScenarioError(f"--space {show_path(path)}: not valid YAML{at}; expected a mapping of "
+                            "scenario keys to lists of values") from None
+    if space is None:
+        return {}
+    space_size(space, show_path(path))
+    return space
+
+
+def space_size(space: Any, where: str = "") -> int:
+    """Configurations of the space (the product of its lists' lengths), counted without
+    listing them; its shape (a mapping of keys to non-empty lists) checked."""
+    name = f"--space {where}".rstrip()
+    if not isinstance(space, dict):
+        raise ScenarioError(f"{name}: expected a mapping of scenario keys to lists of values, "
+                            f"got {show_value(space)}")
+    for k, v in space.items():
+        if not isinstance(k, str) or not k or not all(k.split(".")):
+            raise ScenarioError(f"{name}: {show_value(k)}: expected a dotted scenario key "
+                                "like speculation.k")
+        if not isinstance(v, list) or not v:
+            raise ScenarioError(f"--space {k}: expected a non-empty list of values, got "
+                                f"{show_value(v)}")
+    return math.prod(len(v) for v in space.values())
+
+
 def space_points(space: dict[str, list[Any]]) -> list[dict[str, Any]]:
     """The cross product of the space's keys (a key with one value is fixed)."""
-    if not isinstance(space, dict):
-        raise ScenarioError("--space: expected a mapping of scenario keys to lists of values")
+    space_size(space)
     keys = list(space)
-    values = []
-    for k in keys:
-        v = space[k]
-        if not isinstance(v, list) or not v:
-            raise ScenarioError(f"--space {k}: expected a non-empty list of values, got {v!r}")
-        values.append(v)
-    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+    return [dict(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(space[k] for k in keys))]
 
 
 def _check(metrics: dict[str, Any], slos: dict[str, float]) -> tuple[bool, str]:
@@ -122,6 +160,28 @@ class Planner:
         self.requests, self.rel_tol, self.seed = requests, rel_tol, seed
         self.duration_s = duration_s  # of arrivals per probe, at least: a steady state, not
         # a burst that drains before a queue can build
+
+    def check_space(self, space: dict[str, list[Any]]) -> None:
+        """Every value of the space alone through the schema, as a probe sets it (no
+        catalogs, no trace): an unknown key or a value of the wrong type is refused before
+        planning, as a sweep refuses it; a value that cannot be built (an unknown
+        accelerator, weights that do not fit) stays a rejected configuration (rule 2)."""
+        from specsim.simulator.cluster.engine import USER_ERRORS, load_scenario
+
+        for key, values in space.items():
+            for v in values:
+                try:
+                    load_scenario(self.base, {key: v, "hardware.count":
+                                              self.replica_devices({key: v})})
+                except USER_ERRORS as exc:
+                    raise ScenarioError(f"--space {key}={show_value(v, 60)}: "
+                                        f"{self._without_base(exc)}") from None
+
+    def _without_base(self, exc: Exception) -> str:
+        """A user error's message without the base scenario's name in front (the row or
+        the --space value names what failed)."""
+        msg, base = str(exc), str(self.base)
+        return msg[len(base) + 2:] if msg.startswith(base + ": ") else msg
 
     def replica_devices(self, config: dict[str, Any]) -> int:
         """Devices of one replica: a worker's TP group, or (rule 4) a PD unit's pools."""
@@ -167,9 +227,7 @@ class Planner:
         try:
             lo_probe = self.probe(config, self.qps / 64.0)
         except USER_ERRORS as exc:  # rule 2: it cannot be built
-            msg = str(exc)
-            base = str(self.base)
-            row.why = msg[len(base) + 2:] if msg.startswith(base + ": ") else msg
+            row.why = self._without_base(exc)
             return row
         row.probes = 1
         if not lo_probe.ok:

@@ -7,6 +7,9 @@ from pathlib import Path
 
 
 def add_plan_command(sub) -> None:
+    from specsim import flags
+    from specsim.simulator.planning.bounds import MAX_HOURS, MAX_RUNS
+
     p = sub.add_parser(
         "plan", help="cheapest fleet that meets SLOs at a load",
         description="For each configuration of the search space, find by bisection the "
@@ -16,69 +19,66 @@ def add_plan_command(sub) -> None:
     p.add_argument("scenario", help="base scenario YAML (its workload must be synthetic)")
     p.add_argument("--slo", action="append", default=[], metavar="NAME=SECONDS",
                    help="ttft_p99=0.5, tpot_p99=0.05, e2e_p99=..., ... (repeatable)")
-    p.add_argument("--qps", type=float, required=True, help="target load, requests per second")
+    p.add_argument("--qps", type=flags.positive_rate, required=True, help="target load, requests per second")
     p.add_argument("--space", metavar="FILE",
                    help="YAML mapping of scenario keys to lists of values (crossed), e.g. "
                         "{hardware.accelerator: [H100-SXM, A100-SXM-80GB], speculation.k: "
                         "[0, 2, 4]}; default: the scenario as it is")
-    p.add_argument("--requests", type=int, default=300,
+    p.add_argument("--requests", default=300, type=flags.integer(
+                       20, what="a number of requests (percentiles need 20)"),
                    help="requests simulated per probe (default 300)")
-    p.add_argument("--duration", type=float, default=30.0,
+    p.add_argument("--duration", type=flags.positive_seconds, default=30.0,
                    help="seconds of arrivals per probe, at least (default 30: a steady state)")
-    p.add_argument("--tolerance", type=float, default=0.1,
-                   help="bisection stops when the bracket is within this ratio (default 0.1)")
+    p.add_argument("--tolerance", type=flags.tolerance, default=0.1,
+                   help="bisection stops when the bracket is within this ratio, "
+                        f"{flags.TOLERANCE_RANGE[0]:g} to {flags.TOLERANCE_RANGE[1]:g} "
+                        "(default 0.1)")
     p.add_argument("--out", help="folder for plan.csv: new or empty (a previous specsim "
                    "plan only with --force); checked before planning")
     p.add_argument("--force", action="store_true",
                    help="replace a previous specsim output in --out (never other files)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--yes", action="store_true",
+                   help=f"plan a space of more than {MAX_RUNS:,} probes or an estimated "
+                        f"{MAX_HOURS:g} h (never one past the memory budget)")
     p.set_defaults(func=cmd_plan)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    import math
-
     from rich.console import Console
     from rich.table import Table
 
     from specsim.errors import ScenarioError
     from specsim.outputs import check_folder, escape_frame, write_folder
     from specsim.simulator.cluster.engine import load_scenario
+    from specsim.simulator.planning import bounds
     from specsim.simulator.planning.plan import (
         RATE_KEY,
         Planner,
         config_label,
         parse_slos,
+        read_space,
         rows_frame,
         space_points,
+        space_size,
     )
-    from specsim.yamlio import load as load_yaml
 
-    slos = parse_slos(args.slo)
-    if not args.qps > 0 or not math.isfinite(args.qps):
-        raise ScenarioError("--qps: expected a positive number of requests per second")
-    if args.requests < 20:
-        raise ScenarioError("--requests: expected at least 20 (percentiles need requests)")
+    slos = parse_slos(args.slo)  # the numeric flags were checked as they were read (flags)
     sc, _, _ = load_scenario(args.scenario)
     wl = sc["workload"]
     if not (isinstance(wl, dict) or hasattr(wl, "get")) or not wl.get("synthetic"):
         raise ScenarioError(f"{args.scenario}: workload: plan needs a synthetic workload (its "
                             f"{RATE_KEY} is what the bisection moves)")
-    space = {}
-    if args.space:
-        try:
-            space = load_yaml(Path(args.space).read_text()) or {}
-        except OSError as exc:
-            raise ScenarioError(f"--space {args.space}: cannot be read "
-                                f"({exc.strerror or exc})") from None
-    configs = space_points(space) if space else [{}]
+    space = read_space(args.space)
+    bounds.check(bounds.plan_estimate(space_size(space), args.qps, args.requests,
+                                      args.duration, args.tolerance), args.yes)
     out = Path(args.out) if args.out else None
     if out is not None:  # refused before any planning: a bad place costs nothing
         check_folder(out, args.force)
-    if not args.duration > 0:
-        raise ScenarioError("--duration: expected a positive number of seconds")
     planner = Planner(args.scenario, slos, args.qps, requests=args.requests,
                       rel_tol=args.tolerance, duration_s=args.duration)
+    planner.check_space(space)  # an unknown key or a mistyped value: before any probe
+    configs = space_points(space) if space else [{}]
     console = Console(width=max(Console().width, 160))
     if not args.quiet:
         console.print(f"planning {len(configs)} configuration(s) for {args.qps:g} req/s under "

@@ -123,10 +123,9 @@ def parse_set(texts: Iterable[str]) -> dict[str, list[Any]]:
     return grid
 
 
-def grid_points(grid: dict[str, list[Any]], zipped: bool = False) -> list[dict[str, Any]]:
-    """The points of the grid, in order: crossed (last key fastest) or zipped."""
-    if not grid:
-        return [{}]
+def check_grid(grid: dict[str, list[Any]], zipped: bool = False) -> None:
+    """The grid's shape (no seed key, non-empty lists, equal lengths when zipped), checked
+    without listing its points."""
     keys = list(grid)
     for k in keys:
         if k == "seed":
@@ -139,6 +138,15 @@ def grid_points(grid: dict[str, list[Any]], zipped: bool = False) -> list[dict[s
         if len(set(lengths.values())) > 1:
             raise ScenarioError("--zip: every --set needs as many values; got "
                                 + ", ".join(f"{k} {n}" for k, n in lengths.items()))
+
+
+def grid_points(grid: dict[str, list[Any]], zipped: bool = False) -> list[dict[str, Any]]:
+    """The points of the grid, in order: crossed (last key fastest) or zipped."""
+    if not grid:
+        return [{}]
+    check_grid(grid, zipped)
+    keys = list(grid)
+    if zipped:
         return [dict(zip(keys, vals, strict=True))
                 for vals in zip(*(grid[k] for k in keys), strict=True)]
     return [dict(zip(keys, vals, strict=True))
@@ -149,9 +157,9 @@ def _describe(point: dict[str, Any]) -> str:
     return ", ".join(f"{k}={show(v, 40)}" for k, v in point.items())
 
 
-def _validate_one(scenario: Any, overrides: dict[str, Any]) -> dict[str, Any]:
+def _validate_one(scenario: Any, overrides: dict[str, Any]) -> tuple[dict[str, Any], int]:
     """Schema, catalogs and workload of one point (no simulation), as ``specsim validate``;
-    returns the validated scenario."""
+    returns the validated scenario and its number of requests."""
     from specsim import limits
     from specsim.simulator.cluster.engine import (
         Deployment,
@@ -166,7 +174,7 @@ def _validate_one(scenario: Any, overrides: dict[str, Any]) -> dict[str, Any]:
         deployment = Deployment(sc, base)
         trace = build_trace(sc, base, deployment.model.max_context)
         limits.check_requests(len(trace), workload_key(sc), record_iterations=False)
-    return sc
+    return sc, len(trace)
 
 
 def validate_points(scenario: Any, grid: dict[str, list[Any]],
@@ -186,7 +194,7 @@ def validate_points(scenario: Any, grid: dict[str, list[Any]],
     seeds = []
     for i, p in enumerate(points):
         try:
-            sc = _validate_one(scenario, p) if len(p) > 1 else None
+            sc = _validate_one(scenario, p)[0] if len(p) > 1 else None
         except USER_ERRORS as exc:
             raise ScenarioError(f"point {i} ({_describe(p)}): {exc}") from None
         if sc is None:
@@ -195,6 +203,24 @@ def validate_points(scenario: Any, grid: dict[str, list[Any]],
             sc, _, _ = load_scenario(scenario, p)
         seeds.append(int(sc["seed"]))
     return seeds
+
+
+def check_size(scenario: Any, grid: dict[str, list[Any]], zipped: bool, seeds: int,
+               jobs: int, yes: bool = False) -> None:
+    """The grid's runs, time and memory (planning.bounds), before any point is listed or
+    validated but point 0, whose request count is the estimate's unit."""
+    from specsim.simulator.cluster.engine import USER_ERRORS
+    from specsim.simulator.planning import bounds
+
+    check_grid(grid, zipped)
+    first = {k: v[0] for k, v in grid.items()}
+    try:
+        _, n_requests = _validate_one(scenario, first)
+    except USER_ERRORS as exc:
+        raise ScenarioError(f"point 0 ({_describe(first)}): {exc}" if first else str(exc)
+                            ) from None
+    lengths = [len(v) for v in grid.values()]
+    bounds.check(bounds.sweep_estimate(lengths, zipped, seeds, jobs, n_requests), yes)
 
 
 # ---------------------------------------------------------------------------- one run
@@ -484,7 +510,7 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
               force: bool = False, plots: bool = True, backend: str = "local",
               scheduler: str | None = None,
               progress: Callable[[int, int], None] | None = None,
-              on_start: Callable[[dict[str, Any]], None] | None = None):
+              on_start: Callable[[dict[str, Any]], None] | None = None, yes: bool = False):
     """Run every (point, seed) of the grid and return the tidy table (a DataFrame).
 
     ``scenario``: a YAML path or a scenario dict; ``grid``: {dotted key: [values]};
@@ -496,6 +522,7 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
     the scheduler at ``scheduler``, or a LocalCluster of ``jobs`` worker processes when it
     is None; needs the ``specsim[dask]`` extra); both give the same rows, journal and bytes.
     ``progress(done, total)`` is called after each run; ``on_start(info)`` once before.
+    ``yes``: run a grid past planning.bounds' count and time limits (never its memory).
     The table's ``attrs`` hold "summary" (summary.csv's frame), "written" and "skipped".
     """
     if backend not in BACKENDS:
@@ -512,6 +539,7 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ScenarioError(f"--jobs: expected an integer at least 1, got {show(jobs)}")
     grid = {k: list(v) for k, v in grid.items()}
+    check_size(scenario, grid, zipped, seeds, jobs, yes)
     points = grid_points(grid, zipped)
     out_path = Path(out) if out is not None else None
     mode = check_out(out_path, resume, force) if out_path is not None else None
@@ -682,6 +710,9 @@ def write_tables(out: Path, table, summary, keys: list[str],
 def add_sweep_command(sub) -> None:
     import argparse
 
+    from specsim import flags
+    from specsim.simulator.planning.bounds import MAX_HOURS, MAX_RUNS
+
     p = sub.add_parser(
         "sweep", help="run a grid of scenario variants in parallel into one table",
         description="Run the scenario at every point of a grid over any scenario keys\n"
@@ -702,9 +733,9 @@ def add_sweep_command(sub) -> None:
     p.add_argument("--zip", action="store_true",
                    help="pair the i-th values of every --set (equal lengths) instead of "
                         "crossing them")
-    p.add_argument("--seeds", type=int, default=1, metavar="N",
+    p.add_argument("--seeds", type=flags.positive_int, default=1, metavar="N",
                    help="runs per point, seeds = the scenario's seed + 0..N-1 (default 1)")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
+    p.add_argument("--jobs", type=flags.positive_int, default=None, metavar="N",
                    help="worker processes (default min(2, CPU cores)); with --backend dask "
                         "and no --scheduler, the local Dask cluster's workers")
     p.add_argument("--backend", choices=BACKENDS, default=None,
@@ -723,6 +754,9 @@ def add_sweep_command(sub) -> None:
                    help="replace a previous sweep in --out (never other files)")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--yes", action="store_true",
+                   help=f"run a grid of more than {MAX_RUNS:,} runs or an estimated "
+                        f"{MAX_HOURS:g} h (never one past the memory budget)")
     p.set_defaults(func=cmd_sweep)
 
 
@@ -781,9 +815,9 @@ def cmd_sweep(args) -> int:
         table = run_sweep(args.scenario, grid, seeds=args.seeds, jobs=jobs, out=args.out,
                           resume=args.resume, zipped=args.zip, force=args.force,
                           plots=not args.no_plots, backend=backend, scheduler=args.scheduler,
-                          progress=progress, on_start=on_start)
+                          progress=progress, on_start=on_start, yes=args.yes)
     finally:
-        if prog is not None:
+        if prog is not None and task is not None:  # started: a refusal prints no blank line
             prog.stop()
     wall = time.perf_counter() - t0
     summary = table.attrs["summary"]

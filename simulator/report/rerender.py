@@ -44,7 +44,19 @@ def _read(folder: Path) -> Result:
         raise ScenarioError(f"{folder}: not a readable specsim run output ({exc})") from None
     if not isinstance(metrics, dict):
         raise ScenarioError(f"{folder}/metrics.json: expected a JSON object")
+    # an emptied or foreign metrics.json would draw a report of defaults ("uncalibrated
+    # default") over a good one: refused, the report left as it is
+    bad = next((k for k, kind in _NEEDED.items() if not isinstance(metrics.get(k), kind)), None)
+    if bad is not None:
+        raise ScenarioError(f"{folder}/metrics.json: not a specsim run's metrics ({bad!r} "
+                            f"missing or not {_NEEDED[bad][0].__name__}); the report was "
+                            "left as it was")
     return Result(metrics, req, it, scenario)
+
+
+#: what every run's metrics.json holds, and what the report reads first
+_NEEDED = {"scenario": (str,), "calibration": (str,), "requests_completed": (int,),
+           "ttft_s": (dict,), "tpot_s": (dict,), "e2e_s": (dict,)}
 
 
 #: the folder kinds ``specsim report`` knows
