@@ -112,14 +112,14 @@ def test_the_prefix_query_is_read_only():
     sim = Simulation(sc, build_trace(sc, base, 131072), base)
     sim.run()
     w = sim.workers[0]
-    c = w.kv.cache
-    before = (c.snapshot(), c._clock, repr(c.stats), repr(w.kv.stats),
+    c = w.kv.tree
+    before = (c.snapshot(), c._clock, repr(c.stats), repr(w.kv.cache.stats), repr(w.kv.stats),
               [(e[0], e[2]) for e in c._heaps[0]])
     s = w.snapshot()
     assert s.prefix_hit is not None
     hits = [s.prefix_hit(rid) for rid in range(sim.table.n)]
     assert any(h[0] > 0 for h in hits)
-    after = (c.snapshot(), c._clock, repr(c.stats), repr(w.kv.stats),
+    after = (c.snapshot(), c._clock, repr(c.stats), repr(w.kv.cache.stats), repr(w.kv.stats),
              [(e[0], e[2]) for e in c._heaps[0]])
     assert before == after
 

@@ -2,8 +2,9 @@
 
 ``PrefixKV`` stands in for ``BlockAllocator`` (same counting interface: ``total``,
 ``used``, ``free``, ``held``, ``blocks_for``, ``release``, ``set_held``), with a
-``RadixCache`` (simulator/kv/radix.py) behind it. A page is a KV block (``page_size`` =
-``scheduler.block_size``). The top tier (HBM, ``kv_blocks`` pages) holds three kinds of
+``TierStore`` (simulator/kv/tiers.py: tiers, free pages, promotion and demotion) and its
+``RadixCache`` (simulator/kv/radix.py: match, insert, lock, evict) behind it. A page is a
+KV block (``page_size`` = ``scheduler.block_size``). The top tier (HBM, ``kv_blocks`` pages) holds three kinds of
 pages: cached pages (keyed in the tree, shared), the private blocks of running requests
 (``t.blocks``, the tree's held pages; draft and verify tokens' blocks are among them while
 a step runs, as the kernel counts them) and nothing else; lower tiers hold cached pages
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specsim.simulator.kv.radix import RadixCache, Tier
+from specsim.simulator.kv.tiers import Tier, TierStore
 
 BLOCK_TOKENS = 512  # a trace's prefix block (Mooncake hash_ids; traces/schema.py)
 _U = np.uint64
@@ -192,8 +193,9 @@ class PrefixKV:
         self.total = int(total_blocks)
         self.block_size = int(block_size)
         self.t, self.keys, self.cfg = table, keys, cfg
-        self.cache = RadixCache(cfg.radix_tiers(total_blocks), page_tokens=block_size,
-                                page_bytes=cfg.page_bytes, eviction=cfg.eviction)
+        self.cache = TierStore(cfg.radix_tiers(total_blocks), page_tokens=block_size,
+                               page_bytes=cfg.page_bytes, eviction=cfg.eviction)
+        self.tree = self.cache.tree
         self.tier_names = [t.name for t in self.cache.tiers]
         self.peak = 0
         self.prefix = bool(cfg.prefix)
@@ -251,8 +253,7 @@ class PrefixKV:
         count)."""
         c = self.cache
         # locked pages of every tier: an insert may rewrite a locked lower-tier page into HBM
-        limit = self.total - c.tentative_pages - sum(c.locked_pages(i)
-                                                     for i in range(len(self.tier_names)))
+        limit = self.total - sum(c.locked_pages(i) for i in range(len(self.tier_names)))
         if len(self.tier_names) == 1:
             return limit, None
         last = len(self.tier_names) - 1
@@ -260,7 +261,7 @@ class PrefixKV:
         for i in range(last, 0, -1):
             unlocked = c.cached_pages(i) - c.locked_pages(i)
             room = c.free_pages(i) + (unlocked if i == last else min(unlocked, room))
-        return limit, self.total - c.tentative_pages - c.cached_pages(0) + room
+        return limit, self.total - c.cached_pages(0) + room
 
     def commit_steps(self, seg, a: int, b: int) -> None:
         """Steps [a, b) of a committed segment, as they would run one by one: before each
@@ -277,7 +278,7 @@ class PrefixKV:
             end = min(f + 1, b)
             if s >= end:
                 break
-            cached = c.cached_pages(0) + c.tentative_pages
+            cached = c.cached_pages(0)
             lo = max(s, 1)
             evicted = False
             if lo < end:
@@ -285,7 +286,7 @@ class PrefixKV:
                 lim = total - cached
                 prev = np.maximum.accumulate(np.concatenate(([lim], d[:-1])))
                 for k in (np.flatnonzero(d > prev) + lo).tolist():
-                    over = c.cached_pages(0) + c.tentative_pages - (total - int(during[k]))
+                    over = c.cached_pages(0) - (total - int(during[k]))
                     before = c.cached_pages(0)
                     if not c.make_room(c.free_pages(0) + over, 0):
                         raise RuntimeError("KV: a planned step's eviction failed")
@@ -333,7 +334,7 @@ class PrefixKV:
         key = self.keys.pages(rid, target - 1) if self.prefix else ()
         low = hbm = 0
         if key:
-            peek = self.cache.match_prefix(key, touch=False)
+            peek = self.tree.match_prefix(key, touch=False)
             hbm = peek.pages_by_tier[0]
             low = peek.matched_pages - hbm
         need = int(self.blocks_for(target - (hbm + low) * self.block_size)) + 1
@@ -344,8 +345,8 @@ class PrefixKV:
         node = None
         hit = 0
         if key:
-            m = c.match_prefix(key)
-            node = c.lock(m) if m.matched_pages else None
+            m = self.tree.match_prefix(key)
+            node = self.tree.lock(m) if m.matched_pages else None
             if node is not None and low:
                 pr = c.promote(node)
                 for name, p in pr.pages_by_source.items():
@@ -353,14 +354,14 @@ class PrefixKV:
                     self._charge(i, p, rid)
                     self.stats["promoted_bytes"][i] += p * self.cfg.page_bytes
             if node is not None:
-                for nd in c.path(node):
+                for nd in self.tree.path(node):
                     if nd.tier:
                         break
                     hit += len(nd.key)
             need = int(self.blocks_for(target - hit * self.block_size)) + 1
         if not c.allocate(need):
             if node is not None:
-                c.unlock(node)
+                self.tree.unlock(node)
             return False
         if key:
             s = self.stats
@@ -411,16 +412,16 @@ class PrefixKV:
             shared = int(t.kv_shared[rid]) // self.block_size
             if shared and key:  # the key must run through the pages it shares: then what
                 # it adds never exceeds the blocks it just gave back (no eviction here)
-                have = tuple(p for nd in self.cache.path(node) for p in nd.key)[:shared]
+                have = tuple(p for nd in self.tree.path(node) for p in nd.key)[:shared]
                 if key[:shared] != have:
                     key = self.keys.pages(rid, min(tokens, int(t.prompt[rid])), own=True)
                     if key[:shared] != have:
                         key = ()
             if key:
                 pr = self._priority(rid) if self.priority else None
-                self.cache.insert(key, 0, priority=pr, make_room=False)
+                self.tree.insert(key, 0, priority=pr, make_room=False)
         if node is not None:
-            self.cache.unlock(node)
+            self.tree.unlock(node)
         t.kv_shared[rid] = 0
 
     def _priority(self, rid: int) -> float:
@@ -461,7 +462,7 @@ class PrefixKV:
             del self.swapped[rid]
             node = self.locks.pop(rid, None)
             if node is not None:
-                self.cache.unlock(node)
+                self.tree.unlock(node)
             t.kv_len[rid] = 0
             t.kv_shared[rid] = 0
             t.prefill_target[rid] = t.prompt[rid] + t.generated[rid]
@@ -475,7 +476,7 @@ class PrefixKV:
         key = self.keys.pages(rid, int(self.t.prefill_target[rid]) - 1)
         if not key:
             return (0,) * len(self.tier_names)
-        m = self.cache.match_prefix(key, touch=False)
+        m = self.tree.match_prefix(key, touch=False)
         return tuple(p * self.block_size for p in m.pages_by_tier)
 
     def tier_use(self) -> list[int]:
@@ -489,9 +490,8 @@ class PrefixKV:
         c = self.cache
         c.check()
         if idle:
-            if c.held_pages or c.tentative_pages or self.locks or self.swapped:
-                raise AssertionError(f"KV: {c.held_pages} held, {c.tentative_pages} "
-                                     f"tentative, {len(self.locks)} locks, "
+            if c.held_pages or self.locks or self.swapped:
+                raise AssertionError(f"KV: {c.held_pages} held, {len(self.locks)} locks, "
                                      f"{len(self.swapped)} swapped at the end")
             for i, name in enumerate(self.tier_names):
                 if c.parked_pages(i) or c.locked_pages(i):
@@ -549,7 +549,7 @@ def summary(sim) -> dict:
                 moved_bytes[f"{a}->{b}"] = moved_bytes.get(f"{a}->{b}", 0) + int(v)
                 moved_blocks[f"{a}->{b}"] = (moved_blocks.get(f"{a}->{b}", 0)
                                              + int(st["moved_pages"][(a, b)]))
-        for name, v in st["evicted_pages"].items():
+        for name, v in k.tree.stats["evicted_pages"].items():
             evicted[name] += int(v)
     swap_name = names[cfg.swap_tier] if cfg.swap and cfg.swap_tier < len(names) else None
     if swap_name is not None:
