@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     if not files:
         print(f"fidelity: no <run>.json.gz with its ground truth in {args.data}; skipped")
         return 0
-    console = Console(width=max(Console().width, 200))
+    console = Console(width=max(Console().width, 230))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="specsim-fidelity-") as tmp:
         if args.scenario:
@@ -375,10 +375,13 @@ def report(console, results: list[dict[str, Any]], fits: tuple[str, ...],
             vals.append(f"{_num(meas, unit)}: {errs}")
         row = per_fit[ref]["consistent"]
         rate = f" ({row['rate']:g}/s)" if row["rate"] else ""
-        tab.add_row(_short(key[0]), f"{key[1]}{rate}" + (" OVERLOADED" if overloaded(key) else ""),
+        tab.add_row(_short(key[0]), f"{key[1]}{rate}" + (" *" if overloaded(key) else ""),
                     *vals)
     console.print(tab)
     n_over = sum(overloaded(k) for k in stages)
+    if n_over:
+        console.print(f"* overloaded in the simulation: predicted TTFT mean over {OVERLOAD_X:g}x "
+                      "the measured one (the simulated queue grows; the engine's did not)")
     summ = Table(title=f"mean APE over stages: all {len(stages)} stages (the targets' "
                  f"definition) and the {len(stages) - n_over} not overloaded in the simulation "
                  f"(predicted TTFT mean > {OVERLOAD_X:g}x measured marks the other "
