@@ -38,6 +38,7 @@ from specsim.cost_models.calibrate.engine_fit import (  # noqa: E402
     SpecOverheadSample,
     fit_engine,
     fit_spec_overheads,
+    identifiability,
     leave_one_group_out,
     operator_tables_values,
     stage_step_s,
@@ -121,6 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     for name, q in quality.items():
         print(f"{name:<22} mean {q['mean_ape_pct']:5.1f}%  median {q['median_ape_pct']:5.1f}%  "
               f"worst {q['max_ape_pct']:5.1f}%")
+    for i in identifiability(samples, base, fitted, STACK_PARAMS):
+        print(f"  {i.name:<22} {i.status:<18} {i.at_bound or '':<6} 95% interval "
+              f"{i.ci95[0]:.4g} - {i.ci95[1]:.4g}"
+              + (f"; confounded with {', '.join(i.correlated_with)}" if i.correlated_with
+                 else ""))
     stack = {k: round(float(getattr(fitted, k)), 9) for k in STACK_PARAMS}
     print("fitted: " + ", ".join(f"{k} {v:g} (tables {op_values.get(k)})"
                                  for k, v in stack.items()))

@@ -606,6 +606,8 @@ def print_verdict(verdict: list[list[str]]) -> None:
     print("Not compared (the model, engine or k cannot be matched):")
     for name, why in NOT_COMPARED:
         print(f"  {name}: {why}")
+    print("Against QPS: no published curve gives the speedup against an open-loop request "
+          "rate (A1's tables are by max concurrency), so the QPS sweeps above stand alone.")
 
 
 # ------------------------------------------------------------------ printing
