@@ -125,6 +125,18 @@ def test_estimates_say_what_they_counted():
     assert "a probe at --qps 10 simulates 300" in plan.describe()
 
 
+def test_sweep_memory_counts_point_zeros_workers(monkeypatch):
+    from specsim.simulator.planning.sweep import check_size
+
+    plain = bounds.sweep_estimate([1], False, seeds=1, jobs=2, requests_per_run=10)
+    fleet = bounds.sweep_estimate([1], False, seeds=1, jobs=2, requests_per_run=10,
+                                  fleet_bytes=10**9)
+    assert fleet.bytes - plain.bytes == 10**9  # one fleet per process running (1 run here)
+    monkeypatch.setenv(limits.ENV, "1.5")  # 100,000 workers: ~1 GB each of two processes
+    with pytest.raises(ScenarioError, match="requests and workers"):
+        check_size(_small_chat(), {"hardware.count": [100_000]}, False, seeds=2, jobs=2)
+
+
 def test_time_past_the_limit_needs_yes(monkeypatch):
     monkeypatch.setenv(limits.ENV, "100")
     est = bounds.sweep_estimate([100], False, seeds=100, jobs=1, requests_per_run=10**5)

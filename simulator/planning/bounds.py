@@ -84,24 +84,24 @@ def grid_runs(lengths: list[int], zipped: bool, seeds: int) -> tuple[int, str]:
 
 
 def sweep_estimate(lengths: list[int], zipped: bool, seeds: int, jobs: int,
-                   requests_per_run: int) -> Estimate:
-    """A sweep's runs, time and memory: ``lengths`` are each --set's value count,
-    ``requests_per_run`` the base scenario's."""
+                   requests_per_run: int, fleet_bytes: int = 0) -> Estimate:
+    """A sweep's runs, time and memory: ``lengths`` are each --set's value count;
+    ``requests_per_run`` and ``fleet_bytes`` (its workers' state, ``limits.worker_bytes``
+    each) are point 0's, the unit of the estimate."""
     runs, counted = grid_runs(lengths, zipped, seeds)
     points = runs // seeds
     validations = sum(lengths) + (points if len(lengths) > 1 else 0)
     per_run = RUN_S + requests_per_run * REQUEST_S
     workers = max(min(jobs, runs), 1)
     seconds = validations * VALIDATE_S + runs * per_run / workers
-    need = runs * ROW_BYTES + workers * (PROCESS_BYTES + limits.request_bytes(
+    need = runs * ROW_BYTES + workers * (PROCESS_BYTES + fleet_bytes + limits.request_bytes(
         requests_per_run, record_iterations=False))
     return Estimate(
         "sweep", counted, runs, seconds,
-        f"{validations:,} validations at ~{VALIDATE_S * 1e3:.0f} ms, then runs of the base "
-        f"scenario's {requests_per_run:,} requests at ~{per_run:.2g} s each on {workers} "
-        f"process(es)",
+        f"{validations:,} validations at ~{VALIDATE_S * 1e3:.0f} ms, then runs of point 0's "
+        f"{requests_per_run:,} requests at ~{per_run:.2g} s each on {workers} process(es)",
         need, f"~{ROW_BYTES // 1024} KB per run's row, {workers} process(es) of "
-              f"~{PROCESS_BYTES // 1024**2} MB plus their runs' requests")
+              f"~{PROCESS_BYTES // 1024**2} MB plus their runs' requests and workers")
 
 
 def bisection_probes(rel_tol: float) -> int:

@@ -208,19 +208,24 @@ def validate_points(scenario: Any, grid: dict[str, list[Any]],
 def check_size(scenario: Any, grid: dict[str, list[Any]], zipped: bool, seeds: int,
                jobs: int, yes: bool = False) -> None:
     """The grid's runs, time and memory (planning.bounds), before any point is listed or
-    validated but point 0, whose request count is the estimate's unit."""
+    validated but point 0, whose requests and workers are the estimate's unit."""
+    from specsim import limits
     from specsim.simulator.cluster.engine import USER_ERRORS
     from specsim.simulator.planning import bounds
 
     check_grid(grid, zipped)
     first = {k: v[0] for k, v in grid.items()}
     try:
-        _, n_requests = _validate_one(scenario, first)
+        sc, n_requests = _validate_one(scenario, first)
     except USER_ERRORS as exc:
         raise ScenarioError(f"point 0 ({_describe(first)}): {exc}" if first else str(exc)
                             ) from None
+    hw, kv = sc["hardware"], sc["kv_cache"]
+    fleet = limits.worker_bytes(prefix_cache=bool(kv["prefix_cache"]),
+                                tiers=len(kv["tiers"] or ())) * (
+        hw["count"] // hw["tensor_parallel"])
     lengths = [len(v) for v in grid.values()]
-    bounds.check(bounds.sweep_estimate(lengths, zipped, seeds, jobs, n_requests), yes)
+    bounds.check(bounds.sweep_estimate(lengths, zipped, seeds, jobs, n_requests, fleet), yes)
 
 
 # ---------------------------------------------------------------------------- one run
