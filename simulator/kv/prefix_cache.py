@@ -4,11 +4,11 @@
 ``used``, ``free``, ``held``, ``blocks_for``, ``release``, ``set_held``), with a
 ``TierStore`` (simulator/kv/tiers.py: tiers, free pages, promotion and demotion) and its
 ``RadixCache`` (simulator/kv/radix.py: match, insert, lock, evict) behind it. A page is a
-KV block (``page_size`` = ``scheduler.block_size``). The top tier (HBM, ``kv_blocks`` pages) holds three kinds of
-pages: cached pages (keyed in the tree, shared), the private blocks of running requests
-(``t.blocks``, the tree's held pages; draft and verify tokens' blocks are among them while
-a step runs, as the kernel counts them) and nothing else; lower tiers hold cached pages
-demoted from above and parked pages (swapped-out requests).
+KV block (``page_size`` = ``scheduler.block_size``). The top tier (HBM, ``kv_blocks``
+pages) holds three kinds of pages: cached pages (keyed in the tree, shared), the private
+blocks of running requests (``t.blocks``, the store's held pages; draft and verify tokens'
+blocks are among them while a step runs, as the kernel counts them) and nothing else;
+lower tiers hold cached pages demoted from above and parked pages (swapped-out requests).
 
 A request's key (``PrefixKeys``) is a sequence of page ids: its ``prefix_block_ids``
 (Mooncake ``hash_ids``, 512-token blocks) expanded to 512 / page_size page ids each, or,
