@@ -132,9 +132,20 @@ def check_file(path: Path, what: str, cap: Cap, noun: str = "file") -> int:
                          + ("" if noun != "file" else f" ({what} was expected)"))
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{path}: not a regular file ({what} was expected)")
-    if st.st_size > limit(cap):
-        raise too_much(str(path), f"{amount(st.st_size, 'bytes')}, too large for {what}", cap)
-    return st.st_size
+    return check_size(path, what, cap, st.st_size)
+
+
+def check_size(path: Path, what: str, cap: Cap = YAML_BYTES, size: int | None = None) -> int:
+    """The size cap alone: an InputLimitError when ``path`` is larger than ``cap``, else its
+    size (0 when it cannot be stat'ed: for a caller whose own read words that problem)."""
+    if size is None:
+        try:
+            size = Path(path).stat().st_size
+        except (OSError, ValueError):
+            return 0
+    if size > limit(cap):
+        raise too_much(str(path), f"{size:,} bytes, too large for {what}", cap)
+    return size
 
 
 def read_bytes(path: str | Path, what: str, cap: Cap = DATA_BYTES, *, noun: str = "file",

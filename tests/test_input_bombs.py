@@ -183,6 +183,11 @@ def _cases(tmp: Path) -> dict[str, tuple[list[str], dict[str, str], str | None]]
     # --- size caps
     big = _scenario(tmp, "big.yaml", CHAT.read_text() + "#" + "x" * (1024**2) + "\n")
     cases["validate_scenario_too_large"] = (["validate", big], {}, None)
+    big_space = tmp / "big_space.yaml"
+    big_space.write_text("speculation.k: [2, 4]\n#" + "x" * (1024**2) + "\n")
+    cases["plan_space_too_large"] = (["plan", str(CHAT), "--qps", "5", "--slo",
+                                      "tpot_p99=0.05", "--space", str(big_space), "--out",
+                                      str(out / "j")], {}, str(out / "j"))
     plain = tmp / "plain.csv"
     plain.write_text("arrival_s,prompt_tokens,output_tokens\n"
                      + "".join(f"{i * 0.1:.1f},100,100\n" for i in range(20_000)))
@@ -263,6 +268,7 @@ BOMBS = {
                                    "(first at line 7)",
     "run_duplicate_key_in_trace": "appears twice",
     "validate_scenario_too_large": "SPECSIM_MAX_YAML_BYTES",
+    "plan_space_too_large": "big_space.yaml: 1,048,600 bytes, too large for a YAML space",
     "trace_stats_data_cap": "holds more bytes than allowed (limit 97.7 KiB, set by "
                             "SPECSIM_MAX_DATA_BYTES",
 }

@@ -188,3 +188,23 @@ def test_docs_table_lists_every_cap():
     for cap in safe_read.CAPS:
         assert f"`{cap.env}`" in table
     assert table.count("\n") == len(safe_read.CAPS) + 1
+
+
+def test_vllm_speculative_config_json_repeating_a_key():
+    from specsim.simulator.speculation import engine_config
+
+    assert engine_config.parse(engine_config.VLLM_KEY, '{"method": "eagle3"}') == {
+        "method": "eagle3"}
+    with pytest.raises(engine_config.EngineConfigError, match="key 'method' appears twice"):
+        engine_config.parse(engine_config.VLLM_KEY, '{"method": "eagle3", "method": "ngram"}')
+
+
+def test_size_cap_alone(tmp_path, monkeypatch):
+    """``check_size`` bounds a file whose caller words its own read errors (plan --space)."""
+    assert safe_read.check_size(tmp_path / "none.yaml", "a YAML space") == 0
+    (tmp_path / "s.yaml").write_text("a: [1, 2]\n")
+    assert safe_read.check_size(tmp_path / "s.yaml", "a YAML space") == 10
+    monkeypatch.setenv("SPECSIM_MAX_YAML_BYTES", "9")
+    with pytest.raises(safe_read.InputLimitError, match="s.yaml: 10 bytes, too large for a "
+                                                        "YAML space"):
+        safe_read.check_size(tmp_path / "s.yaml", "a YAML space")

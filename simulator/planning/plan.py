@@ -96,10 +96,12 @@ def read_space(path: str | None) -> dict[str, list[Any]]:
         return {}
     import yaml
 
+    from specsim import safe_read
     from specsim.yamlio import load
 
-    try:
-        space = load(Path(path).read_text())
+    try:  # under the size cap, the alias budget, no duplicate keys
+        safe_read.check_size(Path(path), "a YAML space")
+        space = load(Path(path).read_text(), f"--space {show_path(path)}")
     except OSError as exc:
         raise ScenarioError(f"--space {show_path(path)}: cannot be read "
                             f"({exc.strerror or exc})") from None

@@ -244,8 +244,13 @@ def _check_fields(section: str, cfg: dict[str, Any], mapped: tuple[str, ...],
 def parse(section: str, value: Any) -> dict[str, Any]:
     """The engine's config as a dict: a mapping, or (vLLM) the JSON string of one."""
     if isinstance(value, str) and section == VLLM_KEY:
+        from specsim.safe_read import DuplicateKeyError, json_loads
+
         try:
-            value = json.loads(value)
+            value = json_loads(value)
+        except DuplicateKeyError as exc:
+            raise EngineConfigError(section, f"key {show(exc.args[0])} appears twice in the "
+                                             "JSON; give each key once") from None
         except json.JSONDecodeError as exc:
             raise EngineConfigError(section, f"expected vLLM's --speculative-config JSON, got "
                                              f"invalid JSON ({exc.msg} at column {exc.colno})"
