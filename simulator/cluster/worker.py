@@ -158,7 +158,7 @@ class Worker:
         self.cache = kv if hasattr(kv, "admit") else None
         # segments through prefill chunks (Kernel.plan): not with a prefix cache (its
         # inserts follow step 0's prefills) or drafters per class (rows bound per plan)
-        self.chunk_segments = self.cache is None and not hasattr(drafter, "bind")
+        self.chunk_segments = self.cache is None and not drafter.per_class
         self.preempt_kinds = {"recompute": 0, "swap": 0}
         self._seg_xfer = 0.0  # transfer time charged to step 0 of the current segment
         self.seg: Segment | None = None

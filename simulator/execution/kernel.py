@@ -202,7 +202,7 @@ class Kernel:
             cont = None
         kmax = int(kfull.max()) if kfull.size else 0
         if kmax > 0:
-            if hasattr(self.drafter, "row_alpha"):  # drafters per class: each row's own
+            if self.drafter.per_class:  # drafters per class: each row's own
                 cond = self.drafter.row_alpha(rows, t.cls_idx[rows], kmax)  # (uncompiled)
             else:
                 cond = np.minimum(self.alpha_table[t.cls_idx[rows], :kmax]
@@ -301,7 +301,7 @@ class Kernel:
             chunks = (pre & (q > 0)).sum(axis=1).astype(np.float64)
         elif has_pre:
             chunks[0] = float((pre0 & (q[0] > 0)).sum())
-        if hasattr(self.drafter, "bind"):  # drafters per class: whose rows these are
+        if self.drafter.per_class:  # drafters per class: whose rows these are
             self.drafter.bind(rows, np.where(pre0, q[0], 0) if has_pre else None)
         dt, draft, verify, flops, nbytes, dflops, dbytes = self.executor.price(
             k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunks)

@@ -1202,7 +1202,7 @@ class Compiled:
                 and kn.shared is None and isinstance(policy, StaticK)
                 and type(policy).choose is StaticK.choose and policy.fixed_k is not None
                 and _same(d, Drafter, "match_probability", "verify_width", "k_for_width")
-                and not hasattr(d, "k_cap") and not hasattr(d, "bind")
+                and not d.per_class
                 and not getattr(d, "state_dependent_match", False)):
             return None
         from specsim.simulator.execution.kernel import Segment

@@ -98,7 +98,7 @@ class FcfsScheduler(BatchScheduler):
             # draft lengths: the policy's, capped so no step can overshoot the requested output
             k = policy.choose(dec, t)
             k = np.minimum(k, np.maximum(t.output[dec] - t.generated[dec] - 1, 0))
-            if hasattr(drafter, "k_cap"):  # drafters per class: each row's own drafter's k
+            if drafter.per_class:  # drafters per class: each row's own drafter's k
                 k = np.minimum(k, drafter.k_cap(dec))
             if not drafter.proposes_always and len(dec):
                 u = rng.uniform(t.match_key[dec], t.steps[dec].astype(np.uint64))
