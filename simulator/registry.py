@@ -32,7 +32,8 @@ class DrafterInfo:
     acceptance. ``draft_model``: an engine's draft-model id names a separate model to load
     as ``speculation.drafter`` (else the id is only recorded: a head derived from the
     target). ``vllm`` / ``sglang``: the vLLM ``--speculative-config`` methods and SGLang
-    ``--speculative-algorithm`` values that mean this drafter.
+    ``--speculative-algorithm`` values that mean this drafter. ``doc``: the method's line in
+    the scenario's JSON Schema (``specsim schema``).
     """
 
     params: Any = None
@@ -41,6 +42,7 @@ class DrafterInfo:
     draft_model: bool = False
     vllm: tuple[str, ...] = ()
     sglang: tuple[str, ...] = ()
+    doc: str | None = None
 
 
 class Registry:

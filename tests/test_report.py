@@ -154,9 +154,10 @@ def test_large_run_draws_every_plot(spec_result, tmp_path):
 
 
 def test_a_pd_fleets_workers_are_labelled_by_pool():
+    from specsim.simulator.metrics.run_metrics import RunMetrics
     from specsim.simulator.report.report import _worker_label
 
-    m = {"disaggregation": {"pools": {"prefill": {"worker_ids": [0, 1]},
-                                      "decode": {"worker_ids": [2, 3]}}}}
+    m = RunMetrics.from_summary({"disaggregation": {"pools": {
+        "prefill": {"worker_ids": [0, 1]}, "decode": {"worker_ids": [2, 3]}}}})
     assert [_worker_label(m, w) for w in (0, 3)] == ["worker 0 (prefill)", "worker 3 (decode)"]
-    assert _worker_label({}, 1) == "worker 1"
+    assert _worker_label(RunMetrics.from_summary({}), 1) == "worker 1"

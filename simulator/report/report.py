@@ -24,6 +24,7 @@ import pandas as pd
 
 from specsim.outputs import md_text
 from specsim.simulator.metrics.collector import slo_attainment
+from specsim.simulator.metrics.run_metrics import RunMetrics
 
 DPI = 110
 MAX_POINTS = 5000  # per plotted series
@@ -80,6 +81,11 @@ def _quant(q: Any) -> str:
             f"KV cache {q.get('kv_cache', '?')}")
 
 
+def _or(x: Any, default: Any) -> Any:
+    """A metric, or ``default`` where the run's metrics.json lacks it (None)."""
+    return default if x is None else x
+
+
 def _col(df: pd.DataFrame, name: str, default: float = np.nan) -> np.ndarray:
     if name in df.columns:
         return df[name].to_numpy()
@@ -91,7 +97,7 @@ class _View:
     """The arrays the report needs, pulled out of the result once."""
 
     def __init__(self, result: Any) -> None:
-        self.m: dict[str, Any] = dict(result.metrics or {})
+        self.m = RunMetrics.from_summary(result.metrics)  # read by attribute
         self.sc: dict[str, Any] = dict(result.scenario or {})
         req = result.requests if result.requests is not None else pd.DataFrame()
         it = result.iterations if result.iterations is not None else pd.DataFrame()
@@ -110,13 +116,13 @@ class _View:
         self.accepted = _col(req, "accepted_tokens", 0).astype(np.float64)
         self.drafted = _col(req, "drafted_tokens", 0).astype(np.float64)
         self.steps = _col(req, "steps", 0).astype(np.float64)
-        slo = self.m.get("slo") or self.sc.get("slo") or {}
-        self.slo_ttft = slo.get("ttft_s")
-        self.slo_tpot = slo.get("tpot_s")
-        spec = self.m.get("speculation") or {}
-        self.method = spec.get("method") or (self.sc.get("speculation") or {}).get("method",
-                                                                                   "none")
-        self.k = spec.get("k")
+        slo = self.sc.get("slo") or {}
+        in_metrics = "slo" in self.m.model_fields_set
+        self.slo_ttft = self.m.slo.ttft_s if in_metrics else slo.get("ttft_s")
+        self.slo_tpot = self.m.slo.tpot_s if in_metrics else slo.get("tpot_s")
+        spec = self.m.speculation
+        self.method = spec.method or (self.sc.get("speculation") or {}).get("method", "none")
+        self.k = spec.k
         self.speculates = self.method != "none" and float(self.drafted.sum()) > 0
         # classes, most requests first
         if len(req):
@@ -141,32 +147,32 @@ class _View:
 # ---------------------------------------------------------------------------- markdown parts
 def _intro(v: _View) -> str:
     m, sc = v.m, v.sc
-    fleet = m.get("fleet") or {}
+    fleet = m.fleet
     hw = sc.get("hardware") or {}
-    acc = fleet.get("accelerator") or hw.get("accelerator")
+    acc = fleet.accelerator or hw.get("accelerator")
     acc = acc if isinstance(acc, str) else (acc or {}).get("name", "inline accelerator")
-    devices = fleet.get("devices", hw.get("count", "?"))
-    tp = fleet.get("tensor_parallel", hw.get("tensor_parallel", 1))
-    workers = fleet.get("workers", "?")
-    model = m.get("model") or (sc.get("model") if isinstance(sc.get("model"), str) else "inline")
-    spec = m.get("speculation") or {}
+    devices = _or(fleet.devices, hw.get("count", "?"))
+    tp = _or(fleet.tensor_parallel, hw.get("tensor_parallel", 1))
+    workers = _or(fleet.workers, "?")
+    model = m.model or (sc.get("model") if isinstance(sc.get("model"), str) else "inline")
+    spec = m.speculation
     ssc = sc.get("speculation") or {}
     if v.method == "none":
         spec_txt = "no speculation (baseline: one target token per step)"
     else:
-        bits = [f"**{v.method}**, k = {spec.get('k', ssc.get('k'))}",
-                f"policy {spec.get('policy', ssc.get('policy', 'static'))}"]
-        if spec.get("drafter"):
-            bits.append(f"drafter: {spec['drafter']}")
+        bits = [f"**{v.method}**, k = {_or(spec.k, ssc.get('k'))}",
+                f"policy {_or(spec.policy, ssc.get('policy', 'static'))}"]
+        if spec.drafter:
+            bits.append(f"drafter: {spec.drafter}")
         if ssc.get("drafter_quantization"):
             bits.append(f"drafter precision: {_quant(ssc['drafter_quantization'])}")
-        bits.append(f"acceptance profile: {spec.get('acceptance_profile', 'n/a')}")
+        bits.append(f"acceptance profile: {_or(spec.acceptance_profile, 'n/a')}")
         if ssc.get("overlap_draft"):
             bits.append("drafting overlapped with verification")
         spec_txt = "; ".join(bits)
     req = v.req
     n = len(req)
-    arrived = m.get("requests_arrived", n)
+    arrived = _or(m.requests_arrived, n)
     if n:
         arr = _col(req, "arrival_s").astype(np.float64)
         span = float(np.nanmax(arr) - np.nanmin(arr)) if n > 1 else 0.0
@@ -192,7 +198,7 @@ def _intro(v: _View) -> str:
         "",
         (f"**{model}** served on **{devices} x {acc}** ({workers} worker(s), tensor parallel "
          f"{tp}), precision {_quant(sc.get('quantization'))}. Speculation: {spec_txt}. "
-         f"Workload: {work}. Seed {m.get('seed', sc.get('seed', '?'))}."),
+         f"Workload: {work}. Seed {_or(m.seed, sc.get('seed', '?'))}."),
     ]
     if desc:
         lines += ["", f"Scenario description: {desc}"]
@@ -200,8 +206,8 @@ def _intro(v: _View) -> str:
 
 
 def _calibration_banner(v: _View) -> str:
-    cal = v.m.get("calibration", UNCALIBRATED)
-    vals = v.m.get("calibration_values") or {}
+    cal = _or(v.m.calibration, UNCALIBRATED)
+    vals = v.m.calibration_values
     detail = (f"eta_compute {_num(vals.get('eta_compute'))}, eta_memory "
               f"{_num(vals.get('eta_memory'))}, per-layer overhead "
               f"{_num(vals.get('per_layer_overhead_s'), 1e6)} us, fixed overhead "
@@ -221,7 +227,7 @@ def _calibration_banner(v: _View) -> str:
 
 
 def _overload_banner(v: _View) -> str:
-    o = v.m["overload"]
+    o = v.m.overload
     return (f"> **Overloaded: the run was stopped at {_num(o.get('at_s'))} s simulated** with "
             f"{o.get('queued_requests', 0):,} requests queued (oldest waiting "
             f"{_num(o.get('oldest_wait_s'))} s): arrivals {_num(o.get('arrival_rate_per_s'))}/s "
@@ -233,12 +239,11 @@ def _overload_banner(v: _View) -> str:
 def _latency_table(v: _View) -> str:
     m = v.m
     rows = []
-    for key, label, unit, scale, slo in (
-            ("ttft_s", "TTFT", "ms", 1e3, v.slo_ttft),
-            ("tpot_s", "TPOT", "ms", 1e3, v.slo_tpot),
-            ("itl_s", "ITL (per delivery)", "ms", 1e3, None),
-            ("e2e_s", "E2E latency", "s", 1.0, None)):
-        d = m.get(key) or {}
+    for d, label, unit, scale, slo in (
+            (m.ttft_s.model_dump(), "TTFT", "ms", 1e3, v.slo_ttft),
+            (m.tpot_s.model_dump(), "TPOT", "ms", 1e3, v.slo_tpot),
+            (m.itl_s, "ITL (per delivery)", "ms", 1e3, None),
+            (m.e2e_s.model_dump(), "E2E latency", "s", 1.0, None)):
         rows.append([f"{label} ({unit})", *(_num(d.get(q), scale) for q in
                                              ("mean", "p50", "p90", "p99")),
                      _num(slo, scale) if slo is not None else "-"])
@@ -247,42 +252,42 @@ def _latency_table(v: _View) -> str:
 
 def _metrics_table(v: _View) -> str:
     m = v.m
-    devices = (m.get("fleet") or {}).get("devices") or 1
-    thr = m.get("throughput_output_tokens_per_s")
+    devices = m.fleet.devices or 1
+    thr = m.throughput_output_tokens_per_s
     rows = [
         ["requests arrived / completed / rejected / in flight",
-         f"{m.get('requests_arrived', 'n/a')} / {m.get('requests_completed', 'n/a')} / "
-         f"{m.get('requests_rejected', 'n/a')} / {m.get('requests_in_flight', 'n/a')}", "requests"],
-        ["output tokens", _num(m.get("output_tokens")), "tokens"],
+         f"{_or(m.requests_arrived, 'n/a')} / {_or(m.requests_completed, 'n/a')} / "
+         f"{_or(m.requests_rejected, 'n/a')} / {_or(m.requests_in_flight, 'n/a')}", "requests"],
+        ["output tokens", _num(m.output_tokens), "tokens"],
         ["throughput", _num(thr), "output tokens/s"],
         ["throughput per device", _num(float(thr) / devices if _finite(thr) else None),
          "output tokens/s/device"],
-        ["goodput (meeting every SLO)", _num(m.get("goodput_requests_per_s")), "requests/s"],
-        ["mean acceptance length (tau)", _num(m.get("mean_acceptance_length")),
+        ["goodput (meeting every SLO)", _num(m.goodput_requests_per_s), "requests/s"],
+        ["mean acceptance length (tau)", _num(m.mean_acceptance_length),
          "output tokens/verification step"],
-        ["acceptance rate", _pct(m.get("acceptance_rate")) if m.get("drafted_tokens") else "-",
+        ["acceptance rate", _pct(m.acceptance_rate) if m.drafted_tokens else "-",
          "accepted / drafted tokens"],
-        ["draft / verify time", f"{_pct(m.get('draft_time_fraction'))} / "
-                                f"{_pct(m.get('verify_time_fraction'))}", "of busy device time"],
-        ["busy fraction", _pct(m.get("busy_fraction")), "of worker time"],
-        ["KV cache peak", _pct(m.get("kv_peak_utilization")),
-         f"of {_num(m.get('kv_blocks_per_worker'))} blocks/worker"],
-        ["preemptions", _num(m.get("preemptions")), "requests"],
+        ["draft / verify time", f"{_pct(m.draft_time_fraction)} / "
+                                f"{_pct(m.verify_time_fraction)}", "of busy device time"],
+        ["busy fraction", _pct(m.busy_fraction), "of worker time"],
+        ["KV cache peak", _pct(m.kv_peak_utilization),
+         f"of {_num(m.kv_blocks_per_worker)} blocks/worker"],
+        ["preemptions", _num(m.preemptions), "requests"],
         *([["speculative KV blocks taken / returned / kept",
-            " / ".join(f"{int(m['speculative_kv_blocks'].get(key) or 0):,}"
+            " / ".join(f"{int(getattr(m.speculative_kv_blocks, key) or 0):,}"
                        for key in ("allocated", "freed_rejected", "committed")),
             "blocks drafting steps took for draft + bonus tokens / those of rejected drafts, "
             "returned after the step / kept for accepted tokens (all workers)"]]
-          if m.get("drafted_tokens") and m.get("speculative_kv_blocks") else []),
-        ["iterations", _num(m.get("iterations")), "worker steps"],
-        ["simulated / wall time", f"{_num(m.get('simulated_time_s'))} / "
-                                  f"{_num(m.get('wall_time_s'))}", "s"],
+          if m.drafted_tokens and m.speculative_kv_blocks else []),
+        ["iterations", _num(m.iterations), "worker steps"],
+        ["simulated / wall time", f"{_num(m.simulated_time_s)} / "
+                                  f"{_num(m.wall_time_s)}", "s"],
     ]
-    rej = m.get("rejected_by_reason") or {}
+    rej = m.rejected_by_reason
     if rej:
         rows.insert(1, ["rejections by reason", ", ".join(f"{k}: {c}" for k, c in rej.items()),
                         "requests"])
-    cut, dropped = m.get("requests_truncated_to_context"), m.get("requests_dropped_for_context")
+    cut, dropped = m.requests_truncated_to_context, m.requests_dropped_for_context
     if cut is not None or dropped is not None:
         rows.insert(1, ["longer than the context: truncated / dropped by the workload",
                         f"{int(cut or 0):,} / {int(dropped or 0):,}", "requests"])
@@ -291,11 +296,11 @@ def _metrics_table(v: _View) -> str:
 
 def _slo_section(v: _View) -> str:
     m = v.m
-    arrived = int(m.get("requests_arrived", len(v.req)) or 0)
+    arrived = int(_or(m.requests_arrived, len(v.req)) or 0)
     ndone = int(v.done.sum())
     if v.slo_ttft is None and v.slo_tpot is None:
         return ("No SLO is set in the scenario (`slo.ttft_s`, `slo.tpot_s`), so goodput counts "
-                f"every completed request: {_num(m.get('goodput_requests_per_s'))} requests/s.")
+                f"every completed request: {_num(m.goodput_requests_per_s)} requests/s.")
     rows = []
 
     def row(label: str, ok: np.ndarray) -> list[str]:
@@ -311,7 +316,7 @@ def _slo_section(v: _View) -> str:
     tab = _md_table(["SLO", "requests met", "of completed", "of arrived"], rows)
     return (tab + "\n\nRejected and unfinished requests count as misses in the last column; "
             "single-token outputs have no TPOT and pass the TPOT SLO. Goodput: "
-            f"{_num(m.get('goodput_requests_per_s'))} requests/s meet every SLO.")
+            f"{_num(m.goodput_requests_per_s)} requests/s meet every SLO.")
 
 
 def _class_table(v: _View) -> str | None:
@@ -345,23 +350,23 @@ def _class_table(v: _View) -> str | None:
 
 def _cost_section(v: _View) -> str:
     m, sc = v.m, v.sc
-    fleet = m.get("fleet") or {}
+    fleet = m.fleet
     cost_sc = sc.get("cost") or {}
-    price = fleet.get("price_usd_per_device_hour")
-    date = fleet.get("price_date") or "undated"
-    energy = fleet.get("energy_j")
+    price = fleet.price_usd_per_device_hour
+    date = fleet.price_date or "undated"
+    energy = fleet.energy_j
     rows = [
-        ["cost per million output tokens", _num(m.get("cost_usd_per_million_output_tokens")),
+        ["cost per million output tokens", _num(m.cost_usd_per_million_output_tokens),
          "USD / 1M output tokens"],
-        ["energy per output token", _num(m.get("energy_j_per_output_token")),
+        ["energy per output token", _num(m.energy_j_per_output_token),
          "J / output token"],
-        ["fleet cost of the run", _num(fleet.get("cost_usd")), "USD"],
+        ["fleet cost of the run", _num(fleet.cost_usd), "USD"],
         ["fleet energy of the run", f"{_num(energy)} ({_num(energy, 1 / 3.6e6)} kWh)"
          if _finite(energy) else "n/a", "J"],
-        ["average fleet power", _num(fleet.get("average_power_w")), "W"],
-        ["price", f"{_num(price)} x {fleet.get('devices', '?')} devices", "USD / device-hour"],
-        ["device power idle / max", f"{_num(fleet.get('power_idle_w'))} / "
-                                    f"{_num(fleet.get('power_max_w'))}", "W per device"],
+        ["average fleet power", _num(fleet.average_power_w), "W"],
+        ["price", f"{_num(price)} x {_or(fleet.devices, '?')} devices", "USD / device-hour"],
+        ["device power idle / max", f"{_num(fleet.power_idle_w)} / "
+                                    f"{_num(fleet.power_max_w)}", "W per device"],
     ]
     tab = _md_table(["metric", "value", "unit"], rows, "lrl")
     assumed, measured = [], []
@@ -370,15 +375,15 @@ def _cost_section(v: _View) -> str:
     else:
         measured.append(f"price {_num(price)} USD/device-hour (set in the scenario)")
     if cost_sc.get("power_idle_w") is None or cost_sc.get("power_max_w") is None:
-        assumed.append(f"device power idle/max {_num(fleet.get('power_idle_w'))}/"
-                       f"{_num(fleet.get('power_max_w'))} W (catalog: max is board power, idle is assumed; linear in "
+        assumed.append(f"device power idle/max {_num(fleet.power_idle_w)}/"
+                       f"{_num(fleet.power_max_w)} W (catalog: max is board power, idle is assumed; linear in "
                        "utilization)")
     else:
         measured.append("device power (set in the scenario)")
-    if m.get("calibration", UNCALIBRATED) == UNCALIBRATED:
+    if _or(m.calibration, UNCALIBRATED) == UNCALIBRATED:
         assumed.append("compute/memory efficiencies and launch overheads (uncalibrated default)")
     else:
-        measured.append(f"efficiencies and overheads (calibration {m.get('calibration')})")
+        measured.append(f"efficiencies and overheads (calibration {m.calibration})")
     out = [tab, "",
            f"Prices as of **{date}**. Cost = devices x USD/device-hour x simulated hours / "
            "output tokens (idle time included); energy integrates P_idle + (P_max - P_idle) x "
@@ -386,7 +391,7 @@ def _cost_section(v: _View) -> str:
     out += ["", "**Assumed defaults:** " + ("; ".join(assumed) if assumed else "none") + "."]
     if measured:
         out += ["", "From the scenario or a calibration: " + "; ".join(measured) + "."]
-    if m.get("calibration", UNCALIBRATED) == UNCALIBRATED:
+    if _or(m.calibration, UNCALIBRATED) == UNCALIBRATED:
         out += ["", f"**{UNCALIBRATED_LINE}.**"]
     return "\n".join(out)
 
@@ -451,9 +456,9 @@ def _time_unit(span: float) -> tuple[str, float]:
     return "s", 1.0
 
 
-def _worker_label(m: dict[str, Any], wid: int) -> str:
+def _worker_label(m: RunMetrics, wid: int) -> str:
     """``worker 2``, or ``worker 2 (decode)`` in a PD fleet (its pools' worker ids)."""
-    pools = (m.get("disaggregation") or {}).get("pools") or {}
+    pools = (m.disaggregation or {}).get("pools") or {}
     for name, pool in pools.items():
         if wid in (pool.get("worker_ids") or ()):
             return f"worker {wid} ({name})"
@@ -538,7 +543,7 @@ def _plot_timeline(v: _View, path: Path) -> _Outcome:
         return _skip("no requests and no iterations to plot")
     arr = _col(req, "arrival_s").astype(np.float64)
     fin = _col(req, "finish_s").astype(np.float64)
-    t_end = float(m.get("simulated_time_s") or 0.0)
+    t_end = float(m.simulated_time_s or 0.0)
     if have_it:
         starts = it["time_s"].to_numpy(np.float64)
         dur = v.iteration_durations()
@@ -608,7 +613,7 @@ def _plot_timeline(v: _View, path: Path) -> _Outcome:
             # KV occupancy holds from the end of one iteration to the end of the next
             ke = np.append(e[1:], max(t_end, float(e[-1])))
             kseries.append(_binned_mean(e, ke, kvu[sel], edges))
-        cap = m.get("kv_blocks_per_worker")
+        cap = m.kv_blocks_per_worker
         for key, series, label in (("batch", bseries, "batch size (sequences)"),
                                    ("kv", kseries, "KV blocks used")):
             a = axes[key]
@@ -637,7 +642,7 @@ def _plot_timeline(v: _View, path: Path) -> _Outcome:
             a.secondary_yaxis("right", functions=(lambda b: 100 * b / cap,
                                                    lambda p: p * cap / 100)).set_ylabel(
                 "% of KV capacity")
-            peak = m.get("kv_peak_utilization")
+            peak = m.kv_peak_utilization
             a.set_title(f"KV blocks used per worker (capacity {_num(cap)} blocks; peak "
                         f"{_pct(peak)})", fontsize=10)
     ax[-1, 0].set_xlabel(f"simulated time ({unit})")
@@ -680,7 +685,7 @@ def _plot_acceptance(v: _View, path: Path) -> _Outcome:
         else:
             a.hist(tps[gm], bins=bins, histtype="step", color=col, lw=1.4,
                    label=f"{label} (n={gm.sum():,})")
-    tau = float(v.m.get("mean_acceptance_length") or np.nanmean(tps[mask]))
+    tau = float(v.m.mean_acceptance_length or np.nanmean(tps[mask]))
     a.axvline(tau, color="black", ls="-", lw=1.2, label=f"mean tau {tau:.2f}")
     a.axvline(kmax + 1, color="crimson", ls="--", lw=1.2,
               label=f"ceiling k+1 = {kmax + 1:.3g}" if v.k is None else f"ceiling k+1 = {v.k + 1}")
@@ -826,7 +831,7 @@ PLOTS: tuple[tuple[str, str, str, Callable[[_View, Path], _Outcome]], ...] = (
 def _baseline_section(v: _View) -> str | None:
     """Speculation against the same run without it (``specsim run --baseline``): per-class
     speedups and the two product tables (daily cost and energy for the same daily output)."""
-    b = v.m.get("baseline")
+    b = v.m.baseline
     if not b:
         return None
     rows = []
@@ -897,7 +902,7 @@ def _baseline_section(v: _View) -> str | None:
 
 def _kv_cache_section(v: _View) -> str | None:
     """The prefix cache and its tiers (only for runs with ``kv_cache:``)."""
-    kc = v.m.get("kv_cache")
+    kc = v.m.kv_cache
     if not isinstance(kc, dict):
         return None
 
@@ -935,7 +940,7 @@ def _kv_cache_section(v: _View) -> str | None:
 
 def _pd_section(v: _View) -> str | None:
     """The pools and the KV link of a disaggregated run (``metrics.disaggregation``)."""
-    pd = v.m.get("disaggregation")
+    pd = v.m.disaggregation
     if not isinstance(pd, dict):
         return None
     rows = []
@@ -984,9 +989,9 @@ def write_report(result: Any, out_dir: Path, plots: bool = True) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     v = _View(result)
     m = v.m
-    name = m.get("scenario") or v.sc.get("name") or "scenario"
+    name = m.scenario or v.sc.get("name") or "scenario"
     parts = [f"# specsim report: {md_text(name)}", "", _intro(v), "", _calibration_banner(v), "",
-             *([_overload_banner(v), ""] if v.m.get("overload") else []),
+             *([_overload_banner(v), ""] if v.m.overload else []),
              "## Latency", "", _latency_table(v), "",
              "TTFT = first token - arrival (queueing and prefill included). TPOT = (last - "
              "first token time) / (output tokens - 1). ITL = gaps between deliveries to one "
@@ -1007,7 +1012,7 @@ def write_report(result: Any, out_dir: Path, plots: bool = True) -> None:
     base = _baseline_section(v)
     if base:
         parts += ["## Speculation against none (`--baseline`)", "", base, ""]
-    notes = list(dict.fromkeys([*(m.get("notes") or []), *(getattr(result, "notes", None) or [])]))
+    notes = list(dict.fromkeys([*m.notes, *(getattr(result, "notes", None) or [])]))
     parts += ["## Notes", ""]
     parts += [f"- {md_text(n)}" for n in notes] if notes else ["None."]
     parts += ["", "## Plots", ""]

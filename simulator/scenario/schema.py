@@ -312,6 +312,8 @@ class _TreeSpeculation(_Speculation):
 
 
 _VARIANTS: dict[tuple, type[_Speculation]] = {}
+_NO_SPECULATION = """``method: none``: the other keys may stay in the file (switching speculation off with
+``--set speculation.method=none`` keeps them) and are not used."""
 
 
 def variant(method: str) -> type[_Speculation]:
@@ -340,7 +342,8 @@ def variant(method: str) -> type[_Speculation]:
         fields["tree"] = (_optional_section(Tree), None)
     title = "NoSpeculation" if method == "none" else (
         "".join(p.title() for p in method.split("_")) + "Speculation")
-    cls = create_model(title, __base__=base, __module__=__name__, **fields)
+    doc = _NO_SPECULATION if method == "none" else infos[method].doc
+    cls = create_model(title, __base__=base, __module__=__name__, __doc__=doc, **fields)
     _VARIANTS[key] = cls
     return cls
 
@@ -834,7 +837,7 @@ def key_info(dotted: str) -> KeyInfo | None:
 def json_schema() -> dict[str, Any]:
     """JSON Schema of the scenario file (for editors)."""
     union = Annotated[Union[tuple(variants())], Field(discriminator="method")]  # noqa: UP007
-    described = create_model("Scenario", __base__=Scenario,
+    described = create_model("Scenario", __base__=Scenario, __doc__=Scenario.__doc__,
                              speculation=(union, Field(default_factory=variant("none"))))
     schema = described.model_json_schema()  # speculation: one of the registered methods'
     schema["title"] = "specsim scenario"

@@ -516,7 +516,9 @@ def _ngram(ctx: DraftContext):
     return LookupDrafter(ng["cpu_s_per_step"], ng["match_rate"]), None
 
 
-@DRAFTERS.register("suffix", params=SuffixKeys, vllm=("suffix",))
+@DRAFTERS.register("suffix", params=SuffixKeys, vllm=("suffix",), doc=(
+    "``method: suffix``: suffix decoding (a CPU lookup whose match chance grows with\n"
+    "repetition within the request and its session; see ``Suffix``)."))
 def _suffix(ctx: DraftContext):
     if ctx.spec["drafter"] is not None:
         raise ScenarioError("speculation.drafter: suffix decoding takes no drafter model")
@@ -627,7 +629,8 @@ def _mtp(ctx: DraftContext):
     return SequentialDrafter("mtp", cm), DrafterModel(module, dq, cm)
 
 
-@DRAFTERS.register("medusa", tree=True, has_weights=True, vllm=("medusa",))
+@DRAFTERS.register("medusa", tree=True, has_weights=True, vllm=("medusa",), doc=(
+    "``method: medusa``: k Medusa heads on the target (usually with a tree)."))
 def _medusa(ctx: DraftContext):
     """Medusa heads on the target: k heads (speculation.k), one pass over the decoding rows."""
     if ctx.spec["drafter"] is not None:
