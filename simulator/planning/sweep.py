@@ -27,9 +27,7 @@ import contextlib
 import hashlib
 import itertools
 import json
-import math
 import os
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -37,21 +35,22 @@ from pathlib import Path
 from typing import Any
 
 from specsim.errors import ScenarioError
+from specsim.simulator.planning.sweep_folder import (  # shared with sweep_report.py and
+    _OUR_PNGS,  # sweep_dask.py without an import cycle
+    DEFINITION,
+    JOURNAL,
+    MARKER,
+    SUMMARY_CSV,
+    TABLE_CSV,
+    TABLE_PARQUET,
+    _atomic_write,
+    _version,
+    summarize,
+)
 
-JOURNAL = ".sweep-journal.jsonl"
-MARKER = ".specsim-sweep"
-DEFINITION = "sweep.json"
-TABLE_CSV = "sweep.csv"
-TABLE_PARQUET = "sweep.parquet"
-SUMMARY_CSV = "summary.csv"
 #: what a sweep writes into its --out; --force removes only these
 _OURS = {JOURNAL, MARKER, DEFINITION, TABLE_CSV, TABLE_PARQUET, SUMMARY_CSV, "report.md",
          "report.html"}
-_OUR_PNGS = {"tpot_vs_qps.png", "speedup_heatmap.png", "throughput_vs_tpot.png",
-             "cost_vs_qps.png"}
-#: metrics summarised with a 95% t-interval across seeds (summary.csv)
-SUMMARY_METRICS = ("tpot_s.p50", "tpot_s.p99", "ttft_s.p99", "throughput_output_tokens_per_s",
-                   "cost_usd_per_million_output_tokens")
 #: where the runs go: processes on this machine, or a Dask cluster (the specsim[dask] extra)
 BACKENDS = ("local", "dask")
 #: metrics left out of the table: not results of the simulated system
@@ -289,15 +288,6 @@ def _watch_parent() -> None:
 
 
 # ---------------------------------------------------------------------------- the folder
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("specsim")
-    except PackageNotFoundError:
-        return "unknown"
-
-
 def _ours(name: str) -> bool:
     from specsim.outputs import is_temp
 
@@ -348,18 +338,6 @@ def check_out(out: Path, resume: bool, force: bool) -> str:
         return "replace"
     raise ScenarioError(f"{where}: holds a previous specsim sweep; pass --resume to finish it, "
                         "--force to replace it, or choose another folder")
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.parent / f".{path.name}.sweep-tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -468,36 +446,6 @@ def build_table(points: list[dict[str, Any]], seeds: list[list[int]],
     return pd.DataFrame.from_records(rows, columns=cols)
 
 
-def summarize(table, keys: list[str]):
-    """summary.csv: per point, mean and 95% t-interval (scipy.stats.t) across seeds of
-    TPOT p50/p99, TTFT p99, throughput and $ per million output tokens; NaN bounds with
-    one seed."""
-    import numpy as np
-    import pandas as pd
-    from scipy import stats
-
-    out = []
-    for point, g in table.groupby("point", sort=True):
-        row: dict[str, Any] = {"point": point, **{k: g[k].iloc[0] for k in keys},
-                               "seeds": len(g)}
-        for m in SUMMARY_METRICS:
-            vals = (pd.to_numeric(g[m], errors="coerce").to_numpy(dtype=float)
-                    if m in g else np.array([]))
-            vals = vals[np.isfinite(vals)]
-            n = len(vals)
-            mean = float(vals.mean()) if n else math.nan
-            if n >= 2:
-                half = float(stats.t.ppf(0.975, n - 1) * vals.std(ddof=1) / math.sqrt(n))
-            else:
-                half = math.nan
-            row[f"{m}.mean"] = mean
-            row[f"{m}.ci95_low"] = mean - half
-            row[f"{m}.ci95_high"] = mean + half
-            row[f"{m}.ci95_half_width"] = half
-        out.append(row)
-    return pd.DataFrame(out)
-
-
 def _parquet_safe(df):
     """Columns pyarrow can store: an object column mixing types becomes text."""
     df = df.copy()
@@ -594,7 +542,7 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
 
         try:
             if cluster is not None:
-                cluster.run(todo, finished, lambda i: _describe(points[i]))
+                cluster.run(_task, todo, finished, lambda i: _describe(points[i]))
             elif jobs == 1 or len(todo) <= 1:
                 for t in todo:
                     finished(*_task(t))

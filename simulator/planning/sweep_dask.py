@@ -65,7 +65,7 @@ def _probe(scenario: Any) -> dict[str, Any]:
 def _check_workers(client, scenario: Any, where: str) -> int:
     """Every worker imports specsim (our version) and reads the scenario; returns how many
     workers there are (at the time of the check: workers may join or leave later)."""
-    from specsim.simulator.planning.sweep import _version
+    from specsim.simulator.planning.sweep_folder import _version
 
     try:
         info = client.run(_probe, scenario)
@@ -103,16 +103,17 @@ class DaskRunner:
     def __init__(self, client, where: str, scenario: Any) -> None:
         self.client, self.where, self.scenario = client, where, scenario
 
-    def run(self, todo: list[tuple[Any, int, dict[str, Any], int, bool]],
+    def run(self, task: Callable[[tuple[Any, int, dict[str, Any], int, bool]],
+                                tuple[int, int, dict[str, Any]]],
+            todo: list[tuple[Any, int, dict[str, Any], int, bool]],
             finished: Callable[[int, int, dict[str, Any]], None],
             describe: Callable[[int], str]) -> None:
-        """Run ``todo`` (the local backend's task tuples), calling ``finished(point, seed,
+        """Run ``task`` (the local backend's: passed in, so this module does not import
+        sweep.py back) on each of ``todo`` (its argument tuples), calling ``finished(point, seed,
         row)`` in this process for each run as it completes; ``describe(point)`` names a
         point in messages."""
         from distributed import KilledWorker, as_completed
         from distributed.client import FutureCancelledError
-
-        from specsim.simulator.planning.sweep import _task
 
         if not todo:
             return
@@ -120,7 +121,7 @@ class DaskRunner:
         token = secrets.token_hex(4)  # our keys cannot meet another client's on the scheduler
         keys = [f"specsim-sweep-{token}-p{i}-s{s}" for _, i, _, s, _ in todo]
         tasks = [(self.scenario, i, p, s, many) for _, i, p, s, many in todo]
-        futures = client.map(_task, tasks, key=keys, pure=False)
+        futures = client.map(task, tasks, key=keys, pure=False)
         by_key = {f.key: t for f, t in zip(futures, tasks, strict=True)}
         seen: set[tuple[int, int]] = set()
         try:

@@ -34,7 +34,7 @@ def load(folder: Path) -> tuple[dict[str, Any], Any]:
     """(sweep.json, the table read back from sweep.csv); one-line errors."""
     import pandas as pd
 
-    from specsim.simulator.planning.sweep import DEFINITION, TABLE_CSV
+    from specsim.simulator.planning.sweep_folder import DEFINITION, TABLE_CSV
 
     if not (folder / TABLE_CSV).is_file():
         raise ScenarioError(f"{folder}: an unfinished specsim sweep (no {TABLE_CSV} yet); "
@@ -163,7 +163,7 @@ def render(folder: Path, plots: bool = True) -> tuple[list[str], list[str]]:
     """(Re)write the plots (when ``plots``), report.md and report.html of the sweep in
     ``folder`` from its sweep.json and sweep.csv; returns (files written, "plot: why
     skipped" lines). Each file is replaced atomically."""
-    from specsim.simulator.planning.sweep import _OUR_PNGS, _atomic_write, summarize
+    from specsim.simulator.planning.sweep_folder import _OUR_PNGS, _atomic_write, summarize
     from specsim.simulator.planning.sweep_plots import PLOTS, write_plots
     from specsim.simulator.report.html import markdown_to_html
 
