@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.table import Table
@@ -27,44 +27,45 @@ def _fmt(x, scale: float = 1.0, digits: int = 2) -> str:
     return f"{x * scale:,.{digits}f}"
 
 
-def summary_table(m: dict) -> Table:
+def summary_table(metrics: Any) -> Table:
     """The summary a person reads after a run: latency, then throughput, speculation, cost."""
     from rich.table import Table
 
-    tab = Table(title=f"specsim: {m['scenario']} (seed {m['seed']})", show_header=True)
+    from specsim.simulator.metrics.run_metrics import RunMetrics
+
+    m = RunMetrics.from_summary(metrics)  # read by attribute
+    tab = Table(title=f"specsim: {m.scenario} (seed {m.seed})", show_header=True)
     tab.add_column("metric")
     tab.add_column("mean", justify="right")
     tab.add_column("p50", justify="right")
     tab.add_column("p90", justify="right")
     tab.add_column("p99", justify="right")
-    for key, label in (("ttft_s", "TTFT (ms)"), ("tpot_s", "TPOT (ms)"), ("itl_s", "ITL (ms)"),
-                       ("e2e_s", "E2E (s)")):
-        d = m[key]
-        s = 1.0 if key == "e2e_s" else 1e3
+    for d, label, s in ((m.ttft_s.model_dump(), "TTFT (ms)", 1e3),
+                        (m.tpot_s.model_dump(), "TPOT (ms)", 1e3), (m.itl_s, "ITL (ms)", 1e3),
+                        (m.e2e_s.model_dump(), "E2E (s)", 1.0)):
         tab.add_row(label, *(_fmt(d[q], s) for q in ("mean", "p50", "p90", "p99")))
     facts = Table(show_header=True)
     facts.add_column("run summary")
     facts.add_column("value", justify="right")
     rows = [
         ("requests arrived / completed / rejected / in flight",
-         f"{m['requests_arrived']} / {m['requests_completed']} / {m['requests_rejected']} / "
-         f"{m['requests_in_flight']}"),
+         f"{m.requests_arrived} / {m.requests_completed} / {m.requests_rejected} / "
+         f"{m.requests_in_flight}"),
         ("longer than the context: truncated / dropped",
-         f"{m.get('requests_truncated_to_context', 0)} / "
-         f"{m.get('requests_dropped_for_context', 0)}"),
-        ("output tokens", f"{m['output_tokens']:,}"),
-        ("throughput (output tok/s)", _fmt(m["throughput_output_tokens_per_s"], 1, 1)),
-        ("goodput (req/s meeting SLOs)", _fmt(m["goodput_requests_per_s"], 1, 3)),
-        ("mean acceptance length (tok/step)", _fmt(m["mean_acceptance_length"], 1, 3)),
-        ("acceptance rate", _fmt(m["acceptance_rate"], 1, 3)),
+         f"{m.requests_truncated_to_context or 0} / {m.requests_dropped_for_context or 0}"),
+        ("output tokens", f"{m.output_tokens:,}"),
+        ("throughput (output tok/s)", _fmt(m.throughput_output_tokens_per_s, 1, 1)),
+        ("goodput (req/s meeting SLOs)", _fmt(m.goodput_requests_per_s, 1, 3)),
+        ("mean acceptance length (tok/step)", _fmt(m.mean_acceptance_length, 1, 3)),
+        ("acceptance rate", _fmt(m.acceptance_rate, 1, 3)),
         ("draft / verify time fraction",
-         f"{_fmt(m['draft_time_fraction'], 1, 3)} / {_fmt(m['verify_time_fraction'], 1, 3)}"),
-        ("KV peak utilization", _fmt(m["kv_peak_utilization"], 1, 3)),
-        ("$ per million output tokens", _fmt(m["cost_usd_per_million_output_tokens"], 1, 3)),
-        ("energy per output token (J)", _fmt(m["energy_j_per_output_token"], 1, 3)),
+         f"{_fmt(m.draft_time_fraction, 1, 3)} / {_fmt(m.verify_time_fraction, 1, 3)}"),
+        ("KV peak utilization", _fmt(m.kv_peak_utilization, 1, 3)),
+        ("$ per million output tokens", _fmt(m.cost_usd_per_million_output_tokens, 1, 3)),
+        ("energy per output token (J)", _fmt(m.energy_j_per_output_token, 1, 3)),
         ("simulated time (s) / wall time (s)",
-         f"{_fmt(m['simulated_time_s'], 1, 1)} / {_fmt(m['wall_time_s'], 1, 2)}"),
-        ("cost model", m["calibration"]),
+         f"{_fmt(m.simulated_time_s, 1, 1)} / {_fmt(m.wall_time_s, 1, 2)}"),
+        ("cost model", m.calibration),
     ]
     for label, value in rows:
         facts.add_row(label, value)
