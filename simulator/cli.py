@@ -229,8 +229,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from specsim import limits
+    from specsim.simulator.cluster.build import deploy
     from specsim.simulator.cluster.engine import (
-        Deployment,
         build_trace,
         in_file,
         load_scenario,
@@ -239,7 +239,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     sc, base, origin = load_scenario(args.scenario, args.set, None)
     with in_file(origin):  # every cross-key rule, the catalogs and the workload; no simulation
-        deployment = Deployment(sc, base)
+        deployment = deploy(sc, base)  # every pool
         trace = build_trace(sc, base, deployment.model.max_context)
         limits.check_requests(len(trace), workload_key(sc),
                               record_iterations=sc.simulation.record_iterations)

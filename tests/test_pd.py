@@ -48,7 +48,7 @@ def one_request(prompt: int = 1500, output: int = 60, at: float = 0.25) -> pd.Da
 def kv_bytes_per_token(sc: dict) -> float:
     sc_v, base, _ = load_scenario(sc)
     sim = Simulation(sc_v, one_request(), base)
-    return sim.pd.bytes_per_token
+    return sim.fleet.links[0].bytes_per_token
 
 
 # ---------------------------------------------------------------- one request, idle system
@@ -404,3 +404,73 @@ def test_a_new_turn_prefills_its_new_tokens_on_the_decode_worker_holding_its_ses
     for col in ("output_tokens", "accepted_tokens", "steps", "worker", "pd_prefilled_on_decode"):
         assert (a[col] == b[col]).all(), col
     np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-9)
+
+
+# ---------------------------------------------------------------- mixed hardware
+
+
+def test_mixed_hardware_pools_run_at_their_own_speed():
+    """An H100 prefill pool with an A100 decode pool (one fleet, two deployments): the first
+    token is sampled when an H100 would sample it, the decode steps take the A100's time,
+    each pool is priced and calibrated as its own hardware."""
+    prompt, output = 1500, 60
+    tr = one_request(prompt, output)
+    sc = scenario(prefill={"count": 1, "accelerator": "H100-SXM"},
+                  decode={"count": 1, "accelerator": "A100-SXM-80GB"})
+    res = run_scenario(sc, trace=tr)
+    h100 = run_scenario(scenario(pd=False), trace=tr)
+    a100_sc = scenario(pd=False)
+    a100_sc["hardware"]["accelerator"] = "A100-SXM-80GB"
+    a100 = run_scenario(a100_sc, trace=tr)
+    r, h, a = res.requests.iloc[0], h100.requests.iloc[0], a100.requests.iloc[0]
+    assert r["pd_prefill_token_s"] == pytest.approx(h["first_token_s"], rel=1e-12)
+    assert r["pd_prefill_token_s"] != pytest.approx(a["first_token_s"], rel=1e-3)
+    assert r["tpot_s"] == pytest.approx(a["tpot_s"], rel=1e-9)
+    assert r["tpot_s"] != pytest.approx(h["tpot_s"], rel=1e-3)
+    for col in ("output_tokens", "accepted_tokens", "drafted_tokens", "steps"):
+        assert r[col] == a[col], col
+    pools = res.metrics["disaggregation"]["pools"]
+    assert pools["prefill"]["accelerator"] == "H100-SXM"
+    assert pools["decode"]["accelerator"] == "A100-SXM-80GB"
+    assert pools["prefill"]["calibration"] == h100.metrics["calibration"]
+    assert pools["decode"]["calibration"] == a100.metrics["calibration"]
+    assert pools["prefill"]["calibration"] != pools["decode"]["calibration"]
+    assert res.metrics["fleet"]["accelerator"] == "H100-SXM + A100-SXM-80GB"
+    assert res.metrics["fleet"]["devices"] == 2
+    _check(res)
+
+
+def test_both_routing_decisions_are_in_requests_csv():
+    sc = scenario(prefill={"count": 2}, decode={"count": 2})
+    req = run_scenario(sc, trace=make_trace(12, rate=20.0, prompt=(100, 800),
+                                            output=(2, 40))).requests
+    assert req["route_reason"].str.startswith("least loaded (").all()
+    assert req["pd_decode_route_reason"].str.startswith("least loaded (").all()
+    one = run_scenario(scenario(), trace=one_request()).requests.iloc[0]
+    assert one["route_reason"] == "the prefill pool's only worker"
+    assert one["pd_decode_route_reason"] == "the decode pool's only worker"
+
+
+def test_each_pool_may_name_its_own_calibration():
+    """A profile pinned for the scenario applies to both pools (with a note where it was
+    fitted to other hardware); a pool's own ``calibration`` replaces it for that pool, and a
+    bad one is named as the pool's key."""
+    tr = one_request()
+    sc = scenario(prefill={"count": 1, "accelerator": "H100-SXM"},
+                  decode={"count": 1, "accelerator": "A100-SXM-80GB"})
+    sc["calibration"] = "H100-SXM"
+    pinned = run_scenario(sc, trace=tr).metrics
+    pools = pinned["disaggregation"]["pools"]
+    assert pools["prefill"]["calibration"] == pools["decode"]["calibration"] == "H100-SXM"
+    assert any("fitted on H100-SXM" in n and "A100-SXM-80GB" in n for n in pinned["notes"])
+    sc["disaggregation"]["decode"]["calibration"] = "A100-SXM-80GB"
+    own = run_scenario(sc, trace=tr).metrics
+    pools = own["disaggregation"]["pools"]
+    assert pools["prefill"]["calibration"] == "H100-SXM"
+    assert pools["decode"]["calibration"] == "A100-SXM-80GB"
+    assert not any("fitted on" in n for n in own["notes"])
+    sc["disaggregation"]["decode"]["calibration"] = "no-such-profile"
+    with pytest.raises(Exception) as exc:
+        run_scenario(sc, trace=tr)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("disaggregation.decode.calibration"), msg

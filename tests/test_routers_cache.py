@@ -129,3 +129,43 @@ def test_new_routers_run_without_a_prefix_cache(router):
     m = run_scenario(_multi_turn(router, prefix=False, requests=60)).metrics
     assert m["requests_completed"] == 60
     assert "kv_cache" not in m  # kv_cache: {prefix_cache: false} is the cache off
+
+
+# ---------------------------------------------------------------- what a router sees, says
+
+
+def test_a_router_sees_max_tokens_not_the_output_length():
+    """Nobody knows a request's output before it is generated: a router is given the most
+    it may generate (the model's context less its prompt, vLLM's default max_tokens), and
+    RequestFeatures has no output length to read."""
+    import dataclasses
+
+    from specsim.simulator.cluster.engine import Simulation, build_trace, load_scenario
+
+    assert "output_tokens" not in {f.name for f in dataclasses.fields(RequestFeatures)}
+    sc, base, _ = load_scenario(_multi_turn("least_loaded", prefix=False, requests=20))
+    sim = Simulation(sc, build_trace(sc, base, 131072), base)
+    t, context = sim.table, sim.fleet.model.max_context
+    for rid in range(t.n):
+        f = sim.features(rid)
+        assert f.prompt_tokens == t.prompt[rid]
+        assert f.max_tokens == context - t.prompt[rid]
+    assert (t.output < context - t.prompt).all()  # so max_tokens is not the output
+
+
+@pytest.mark.parametrize("router,says", [("round_robin", "next in turn"),
+                                         ("least_loaded", "least loaded ("),
+                                         ("cache_aware", "within the load guard"),
+                                         ("session_affinity", "session ")])
+def test_each_requests_route_reason_is_in_requests_csv(router, says):
+    res = run_scenario(_multi_turn(router, prefix=False, requests=30))
+    req = res.requests
+    assert "route_reason" in req.columns and list(req.columns)[-1] == "route_reason"
+    assert req["route_reason"].str.contains(says, regex=False).all(), req["route_reason"]
+
+
+def test_a_single_worker_needs_no_router_and_says_so():
+    sc = _multi_turn("least_loaded", prefix=False, requests=5)
+    sc["hardware"]["count"] = 1
+    req = run_scenario(sc).requests
+    assert (req["route_reason"] == "the mixed pool's only worker").all()

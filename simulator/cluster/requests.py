@@ -63,6 +63,25 @@ class RequestTable:
         self.prefill_target = self.prompt.copy()  # KV tokens needed before decoding
         self.blocks = np.zeros(n, np.int64)
         self.preemptions = np.zeros(n, np.int64)
+        # its KV came whole over a link (cluster/pd.py, a Handoff): a worker admits it
+        # without a prefix match and keeps the KV it brought
+        self.kv_landed = np.zeros(n, bool)
+        # why the router placed it (Decision.reason), as a code into route_reasons
+        self.route_code = np.full(n, -1, np.int32)
+        self.route_reasons: dict[str, int] = {}
+
+    def reason_code(self, reason: str) -> int:
+        """The code of a routing reason (each distinct text stored once)."""
+        return self.route_reasons.setdefault(reason, len(self.route_reasons))
+
+    def routed(self, rid: int, reason: str) -> None:
+        """Record why request ``rid`` went where it did (requests.csv ``route_reason``)."""
+        self.route_code[rid] = self.reason_code(reason)
+
+    def route_reason(self, codes: np.ndarray | None = None) -> np.ndarray:
+        """The reasons of ``codes`` (default: each request's), "" where none was recorded."""
+        names = np.array(["", *self.route_reasons], object)
+        return names[(self.route_code if codes is None else codes) + 1]
 
     def prefix_blocks(self, rid: int) -> np.ndarray:
         """The prefix block ids of one request (empty when the trace has none)."""

@@ -331,7 +331,8 @@ class PrefixKV:
         if rid in self.swapped:
             return self._swap_in(rid)
         target = int(t.prefill_target[rid])
-        key = self.keys.pages(rid, target - 1) if self.prefix else ()
+        landed = bool(t.kv_landed[rid])  # its KV came over a link whole: no match, kept
+        key = self.keys.pages(rid, target - 1) if self.prefix and not landed else ()
         low = hbm = 0
         if key:
             peek = self.tree.match_prefix(key, touch=False)
@@ -382,7 +383,8 @@ class PrefixKV:
             t.kv_hit_tokens[rid] += hit * self.block_size
         if node is not None:
             self.locks[rid] = node
-        t.kv_len[rid] = hit * self.block_size
+        if not landed:
+            t.kv_len[rid] = hit * self.block_size
         t.kv_shared[rid] = hit * self.block_size
         t.blocks[rid] = need
         self._peak()

@@ -160,8 +160,8 @@ def _validate_one(scenario: Any, overrides: dict[str, Any]) -> tuple[dict[str, A
     """Schema, catalogs and workload of one point (no simulation), as ``specsim validate``;
     returns the validated scenario and its number of requests."""
     from specsim import limits
+    from specsim.simulator.cluster.build import deploy
     from specsim.simulator.cluster.engine import (
-        Deployment,
         build_trace,
         in_file,
         load_scenario,
@@ -170,7 +170,7 @@ def _validate_one(scenario: Any, overrides: dict[str, Any]) -> tuple[dict[str, A
 
     sc, base, origin = load_scenario(scenario, overrides)
     with in_file(origin):
-        deployment = Deployment(sc, base)
+        deployment = deploy(sc, base)  # every pool
         trace = build_trace(sc, base, deployment.model.max_context)
         limits.check_requests(len(trace), workload_key(sc), record_iterations=False)
     return sc, len(trace)

@@ -2,7 +2,8 @@
 
 A router reads a read-only snapshot of every worker (queue depth, batch, KV use, free
 blocks; taken after each worker has committed its iterations up to now) and the request's
-features, and returns a ``Decision``: the worker and a short reason. A router that never
+features, and returns a ``Decision``: the worker and a short reason (requests.csv's
+``route_reason``). A router that never
 reads load declares ``reads_load = False`` and is given no snapshots (the workers then need
 not commit anything to route). With a prefix cache a snapshot also answers, read-only,
 how many of a request's prompt tokens the worker has cached per tier (``prefix_hit``).
@@ -17,11 +18,15 @@ from specsim.simulator.registry import ROUTERS
 
 @dataclass(frozen=True)
 class RequestFeatures:
-    """What a router may know about the request it routes."""
+    """What a router may know about the request it routes: what a serving engine knows when
+    it arrives. Not its output length (nobody knows it before it is generated): the most it
+    may generate, ``max_tokens``, as engines admit by prompt + max_tokens. Traces carry no
+    max_tokens, so it is the engine's default, the model's context less the prompt (vLLM's
+    max_tokens when a request gives none)."""
 
     rid: int
     prompt_tokens: int
-    output_tokens: int
+    max_tokens: int
     workload_class: str
     session_id: int
     slo_tier: str

@@ -596,15 +596,17 @@ class PdPool(Section):
         None, description="per device (default: cost.price_usd_per_hour, then the catalog)")
     power_idle_w: OptFloat(0.0, 1e7) = None
     power_max_w: OptFloat(0.0, 1e7) = None
+    calibration: OptStr = Field(None, description="the pool's profile, as the top-level key "
+                                "(default: calibration, then the profile fitted to the "
+                                "pool's accelerator)")
 
     @model_validator(mode="after")
     def _count(self) -> PdPool:
         # checked after the keys' own rules, so a bad value is named before a missing count
         if self.count is None:
             raise fail_key("count", "required: the devices in this pool")
-        if self.tensor_parallel is not None and self.count % self.tensor_parallel:
-            raise fail_key("count", f"expected a multiple of tensor_parallel "
-                                    f"({self.tensor_parallel}), got {self.count}")
+        # a multiple of tensor_parallel: checked where the pool is built (cluster/build.py),
+        # which knows the tensor_parallel it falls back to
         return self
 
 

@@ -1,0 +1,140 @@
+"""The Python API: validate a scenario, build and run it, hand back its tables.
+
+``run_scenario`` is what ``specsim run``, sweeps, plans and notebooks call; ``Result`` is
+what it returns. ``specsim.simulator.cluster.engine`` re-exports these names (the import
+path older code uses).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from specsim.cost_models.errors import CatalogError
+from specsim.errors import ScenarioError
+from specsim.traces.errors import TraceError
+
+USER_ERRORS = (ScenarioError, CatalogError, TraceError)
+
+
+@dataclass
+class Result:
+    """What a run produced: the metrics dict and the per-request / per-iteration tables."""
+
+    metrics: dict[str, Any]
+    requests: pd.DataFrame
+    iterations: pd.DataFrame | None  # None: streamed to the --out folder
+    scenario: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+
+def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,
+                  seed: int | None = None) -> tuple[Any, Path, str]:
+    """Raw YAML/dict -> validated scenario, the folder paths resolve from, and its origin."""
+    from specsim.simulator.scenario import config as cfg
+
+    if isinstance(source, dict):
+        raw, base, origin = source, Path.cwd(), "scenario"
+    else:
+        path = Path(source)
+        raw, base, origin = cfg.read_yaml(path), path.resolve().parent, str(path)
+    with in_file(origin):
+        raw = cfg.apply_overrides(raw, overrides)
+        if seed is not None:
+            raw["seed"] = seed
+        sc = cfg.validate(raw)
+        cfg.check_consistency(sc)
+        if sc.workload is None:
+            raise ScenarioError("workload: required (a trace file or a synthetic generator)")
+    return sc, base, origin
+
+
+@contextlib.contextmanager
+def in_file(origin: str):
+    """Re-raise user errors with the scenario file named first (once)."""
+    try:
+        yield
+    except USER_ERRORS as exc:
+        msg = str(exc)
+        if origin != "scenario" and not msg.startswith(origin):
+            msg = f"{origin}: {msg}"
+        raise type(exc)(msg) from None
+
+
+def build_trace(sc: Any, base: Path, max_context: int) -> pd.DataFrame:
+    from specsim.traces.workload import build_workload
+
+    return build_workload(sc.workload, base, int(sc.seed), max_context)
+
+
+def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None,
+                 overrides: Any = None, trace: pd.DataFrame | None = None,
+                 progress: Any = None, check: bool = True,
+                 stream_to: str | Path | None = None) -> Result:
+    """Validate, build and run a scenario; the Python API behind ``specsim run``.
+
+    Errors in the input raise ScenarioError / CatalogError / TraceError with one-line
+    messages naming the file and key. ``trace`` bypasses the scenario's workload section.
+    ``stream_to``: a folder the iteration log is streamed into as the run goes
+    (``simulation.iteration_log`` says the format); the result then holds no iterations
+    frame (``iterations`` is None) and memory stays flat.
+    """
+    from specsim.cost_models.catalog import get_model
+    from specsim.simulator.cluster.simulation import Simulation
+
+    origin = str(source) if not isinstance(source, dict) else "scenario"
+    with in_file(origin):
+        sc, base, origin = load_scenario(source, overrides, seed)
+        if trace is None:
+            model = get_model(sc.model, "model")
+            trace = build_trace(sc, base, model.max_context)
+        sim = Simulation(sc, trace, base, progress)
+    log = None
+    if stream_to is not None:
+        from specsim.simulator.metrics.iteration_log import CHUNK_ROWS, open_log
+
+        log = open_log(sc.simulation.iteration_log, Path(stream_to))
+        sim.metrics.stream_to(log, CHUNK_ROWS)
+    try:
+        t0 = time.perf_counter()
+        sim.run()
+        wall = time.perf_counter() - t0
+    except BaseException:
+        if log is not None:
+            log.close()
+        raise
+    if check:
+        sim.check_invariants()
+    metrics = sim.summary(wall)
+    if log is not None:
+        if not sim.record_iterations:
+            sim.metrics._n = 0  # no rows, but the columns
+        sim.metrics.finish_stream()
+        iters = None
+    else:
+        iters = sim.metrics.iterations_frame()
+        if not sim.record_iterations:  # no rows, but the columns (the log keeps its header)
+            iters = iters.iloc[:0]
+    return Result(metrics, sim.requests_frame(), iters, sc.dump(), sim.notes)
+
+
+def finite_or_none(x: Any) -> Any:
+    """JSON has no NaN: turn non-finite floats into null, recursively."""
+    if isinstance(x, dict):
+        return {k: finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [finite_or_none(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return finite_or_none(float(x))
+    return x

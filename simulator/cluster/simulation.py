@@ -1,0 +1,325 @@
+"""The engine: run a fleet. The SimPy environment, the arrivals, routing into pools,
+the hand-offs over links, the overload watch and the stop.
+
+``cluster/build.py`` turns the scenario into a fleet (pools of workers, links between them);
+a ``Simulation`` runs it over a trace; ``metrics/summary.py`` reads the finished run;
+``api.py`` is the Python API (``run_scenario``). ``cluster/engine.py`` is the import path
+older code uses for all of these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from specsim import limits
+from specsim.simulator import rng
+from specsim.simulator.cluster import requests as rq
+from specsim.simulator.cluster.arrivals import ClosedLoop, OpenLoop
+from specsim.simulator.cluster.build import PREFILL, Fleet, Pool, build_workers, deploy
+from specsim.simulator.cluster.overload import Overloaded, make_watch
+from specsim.simulator.cluster.worker import Worker
+from specsim.simulator.execution.kernel import SPEC_ITER_COLUMNS
+from specsim.simulator.kv import prefix_cache as pc
+from specsim.simulator.metrics.collector import Metrics
+from specsim.simulator.routing.routers import RequestFeatures, make_router
+from specsim.simulator.scenario.schema import Scenario
+
+
+def workload_key(sc: Any) -> str:
+    """The scenario key the request count comes from, for messages."""
+    wl = sc.get("workload")
+    if isinstance(wl, dict):
+        for name in ("synthetic", "trace"):
+            if name in wl:
+                return f"workload.{name}"
+    return "workload"
+
+
+
+class Simulation:
+    """One run of one scenario: SimPy environment, the fleet's workers, arrival process."""
+
+    def __init__(self, sc: Scenario, trace: pd.DataFrame, base_dir: Path,
+                 progress: Any = None, fleet: Fleet | None = None) -> None:
+        self.sc = sc
+        self.fleet = fleet if fleet is not None else deploy(sc, base_dir)
+        d = self.fleet.deployment  # the pool that decodes: how requests are drawn
+        self.notes = list(self.fleet.notes)
+        self.seed = d.seed
+        self.acceptance = d.acceptance
+        # --- requests: the memory check comes before any per-request array
+        limits.check_requests(len(trace), workload_key(sc),
+                              record_iterations=bool(sc.simulation.record_iterations))
+        self._context_notes(trace)
+        self.table = rq.RequestTable(trace)
+        self._prepare_requests()
+        # --- SimPy model
+        self.max_queue = sc.scheduler.max_queue
+        self.horizon = sc.simulation.horizon_s
+        self.record_iterations = sc.simulation.record_iterations
+        self.env = simpy.Environment()
+        kc = d.kv_cache
+        # iteration-log columns after ITER_COLUMNS: the KV tiers' use (kv_cache on), then
+        # the speculative KV blocks each step took and returned (a scenario that drafts)
+        self.spec_columns = d.method != "none" and d.drafter.drafts
+        self.metrics = Metrics(extra=(
+            *(() if kc is None else ("kv_cached_blocks", *(f"kv_{t.name}_blocks"
+                                                          for t in kc.tiers), "kv_transfer_s")),
+            *(SPEC_ITER_COLUMNS if self.spec_columns else ())))
+        if kc is not None:  # per-request prefix-cache columns, read by the kernel and KV
+            t = self.table
+            t.kv_shared = np.zeros(t.n, np.int64)
+            t.kv_hit_tokens = np.zeros(t.n, np.int64)
+            t.kv_xfer_s = np.zeros(t.n)
+        closed = trace.attrs.get("closed_loop")
+        self.arrivals = (ClosedLoop(self, closed, self.seed) if closed is not None
+                         else OpenLoop(self))
+        self.progress = progress
+        self.rejected_reasons: dict[str, int] = {}
+        self.next_rid = 0  # requests before this one have arrived (or been sent)
+        self.max_context = int(self.fleet.model.max_context)
+        self._build_pools()
+        self._plan_arrivals()
+        self.overload: dict[str, Any] | None = None  # set when the watch stops the run
+        self.watch = make_watch(self, sc.simulation.overload)
+        self.env.process(self.arrivals.process())
+
+    def _build_pools(self) -> None:
+        """Every pool's workers and router, and the hand-off of each link. The decoding
+        pool is built first (its workers' processes start first, as they always have)."""
+        from specsim.simulator.cluster.pd import PDLink, PrefillView
+
+        fleet = self.fleet
+        self.handoffs = [PDLink(self, link) for link in fleet.links]
+        by_source = {h.link.source: h for h in self.handoffs}
+        targets = {h.link.target for h in self.handoffs}
+        for pool in sorted(fleet.pools, key=lambda p: p.role == PREFILL):
+            if pool.role == PREFILL:
+                pool.workers = build_workers(pool, self, PrefillView(self.table),
+                                             by_source[pool.name].prefill_done,
+                                             self.next_arrival_hint)
+            else:  # a pool fed by a link has no foresight of its requests (speed only)
+                pool.workers = build_workers(
+                    pool, self, self.table, self.on_finish,
+                    None if pool.name in targets else self.next_arrival_hint)
+            pool.router = make_router(pool.router_policy, len(pool.workers))
+        for h in self.handoffs:
+            h.attach(fleet.pool(h.link.source), fleet.pool(h.link.target))
+
+    # ------------------------------------------------------------------ what others read
+    @property
+    def workers(self) -> list[Worker]:
+        """Every worker of the fleet, in id order."""
+        return self.fleet.workers
+
+    @property
+    def kv_cache(self) -> pc.CacheConfig | None:
+        return self.fleet.deployment.kv_cache
+
+    @property
+    def drafter(self) -> Any:
+        return self.fleet.deployment.drafter
+
+    def _context_notes(self, trace: pd.DataFrame) -> None:
+        """Requests the workload cut or dropped to fit the context (``build_workload`` attrs;
+        a trace passed in directly has none: 0)."""
+        attrs = getattr(trace, "attrs", None) or {}
+
+        def count(key: str) -> int:
+            try:
+                return max(int(attrs.get(key) or 0), 0)
+            except (TypeError, ValueError):
+                return 0
+
+        self.truncated = count("capped_requests")
+        self.dropped = count("dropped_requests")
+        if self.truncated:
+            self.notes.append(f"{self.truncated} requests were longer than the context limit and "
+                              "were truncated to fit (workload.context_overflow: truncate); they "
+                              "run, and count as completed, at the shorter length")
+        if self.dropped:
+            self.notes.append(f"{self.dropped} requests were longer than the context limit and "
+                              "were dropped before the run (workload.context_overflow: drop); "
+                              "they are not counted as arrived")
+
+    def _prepare_requests(self) -> None:
+        t = self.table
+        ids = t.request_id
+        t.accept_key = rng.request_keys(self.seed, rng.STREAM_ACCEPT, ids)
+        t.match_key = rng.request_keys(self.seed, rng.STREAM_MATCH, ids)
+        if t.n and self.drafter.per_class:  # each class its drafter's
+            t.cls_idx, t.alpha_scale, self.alpha_table, names = self.drafter.request_tables(
+                ids, t.workload_class, t.temperature)
+            self.acceptance._names = names  # the class order the policy and metrics read
+        elif t.n:
+            t.cls_idx, t.alpha_scale = self.acceptance.request_scale(ids, t.workload_class,
+                                                                     t.temperature)
+            self.alpha_table = self.acceptance.survival_table()
+            # a drafter's proposals may meet the target differently from the chain (a tree)
+            self.alpha_table = self.drafter.transform_acceptance(self.alpha_table)
+        else:
+            self.alpha_table = np.zeros((1, 64))
+
+    # ------------------------------------------------------------------ processes
+    def _reject(self, rid: int, reason: str) -> None:
+        self.table.status[rid] = rq.REJECTED
+        self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
+
+    def arrive(self, rid: int) -> None:
+        """A request arrives now: rejected for its size, routed, or refused by a full queue."""
+        why = self._static_reject[rid]
+        if why:
+            self._reject(rid, self.STATIC_REASONS[why])
+        else:
+            w = self._route(rid)
+            if self.max_queue is not None and len(w.waiting) >= self.max_queue:
+                self._reject(rid, "queue full")
+            else:
+                w.submit(rid)
+        if self.progress is not None and rid % 256 == 0:
+            self.progress(self.env.now, rid + 1)
+        if self.watch is not None:
+            self.watch.on_arrival(rid)
+
+    STATIC_REASONS = {1: "exceeds model context", 2: "exceeds KV capacity"}
+
+    def _plan_arrivals(self) -> None:
+        """Rejections decided by a request alone: too long for the context, or for the KV
+        of a worker of any pool it would pass through."""
+        t, fleet = self.table, self.fleet
+        why = np.zeros(t.n, np.int8)
+        for pool in fleet.pools:
+            why[pool.too_big(t.prompt, t.output)] = 2
+        why[t.prompt + t.output > fleet.model.max_context] = 1
+        self._static_reject = why
+        self._eligible = np.flatnonzero(why == 0)  # requests that will be routed
+
+    def next_arrival_hint(self, wid: int) -> float | None:
+        """When worker ``wid`` (of the pool arrivals enter) may next receive a request (a
+        planning hint, not a promise)."""
+        t = self.table
+        if self.arrivals.notify_finishes:
+            return None  # closed-loop arrivals depend on finishes: no foresight
+        j = int(self._eligible.searchsorted(self.next_rid))
+        entry = self.fleet.entry
+        ahead = entry.router.turns_until(wid - entry.first_wid)
+        j += ahead if ahead is not None else 0
+        return float(t.arrival[self._eligible[j]]) if j < len(self._eligible) else float("inf")
+
+    def _route(self, rid: int) -> Worker:
+        """Where an arriving request goes: a worker of the pool arrivals enter, unless a
+        link's conditional rule keeps it on a decode worker (``cluster/pd.py``)."""
+        for h in self.handoffs:
+            local = h.local_worker(rid)
+            if local is not None:
+                self.table.routed(rid, local[1])
+                return local[0]
+        w, reason = self.route_in(self.fleet.entry, rid)
+        self.table.routed(rid, reason)
+        return w
+
+    def route_in(self, pool: Pool, rid: int, extra_queued: Any = None) -> tuple[Worker, str]:
+        """Ask the pool's router: a worker and why. A router that reads load sees every
+        worker of the pool synced to now (``extra_queued``: requests on their way to each,
+        counted as queued)."""
+        workers = pool.workers
+        if len(workers) == 1:  # no choice to make (and nothing a router records)
+            return workers[0], f"the {pool.name} pool's only worker"
+        now = self.env.now
+        snaps = None
+        if pool.router.reads_load:
+            for w in workers:
+                w.sync(now)
+            snaps = [w.snapshot() for w in workers]
+            if pool.first_wid or extra_queued is not None:  # the router indexes the pool
+                snaps = [dataclasses.replace(
+                    s, wid=i, queued=s.queued + (int(extra_queued[i]) if extra_queued
+                                                 is not None else 0))
+                         for i, s in enumerate(snaps)]
+        decision = pool.router.route(self.features(rid), snaps)
+        return workers[decision.worker], decision.reason
+
+    def features(self, rid: int) -> RequestFeatures:
+        """What a router may know of request ``rid``: not its output length, the most it
+        may generate (``RequestFeatures``)."""
+        t = self.table
+        prompt = int(t.prompt[rid])
+        return RequestFeatures(rid, prompt, self.max_context - prompt,
+                               str(t.workload_class[rid]), int(t.session_id[rid]),
+                               str(t.slo_tier[rid]))
+
+    def on_finish(self, rows: np.ndarray) -> None:
+        self.arrivals.on_done(rows)
+
+    # ------------------------------------------------------------------ running
+    def run(self) -> None:
+        try:
+            if self.horizon is not None:
+                self.env.run(until=self.horizon)
+            else:
+                self.env.run()
+        except Overloaded as stop:  # a queue that only grows: stop here, as at a horizon
+            self.overload = stop.info
+            self.notes.append(
+                f"overloaded: stopped at {stop.info['at_s']:.0f} s simulated with "
+                f"{stop.info['queued_requests']:,} requests queued (arrivals "
+                f"{stop.info['arrival_rate_per_s']:.2f}/s vs completions "
+                f"{stop.info['completion_rate_per_s']:.2f}/s; {stop.info['rule']}); the "
+                "figures cover the run until then (simulation.overload.detect: false runs on)")
+        end = self.overload["at_s"] if self.overload is not None else self.horizon
+        if end is not None:
+            for w in self.workers:  # iterations that ended before the stop count
+                w.sync(end, strict=True)
+
+    def arrived(self) -> np.ndarray:
+        """The requests that arrived in the run (one rule for the summary and the checks):
+        all of them, or those at or before a horizon; where the overload watch stopped the
+        run at an arrival, those before that instant and those processed at it."""
+        t, now = self.table, float(self.env.now)
+        if self.overload is not None:
+            return (t.arrival < now) | (t.status != rq.PENDING)
+        if self.horizon is not None:
+            return t.arrival <= now
+        return np.ones(t.n, bool)
+
+    def summary(self, wall_s: float) -> dict[str, Any]:
+        """metrics.json (``metrics/summary.py``)."""
+        from specsim.simulator.metrics.summary import summarise
+
+        return summarise(self, wall_s)
+
+    def requests_frame(self) -> pd.DataFrame:
+        """requests.csv: one row per request, with the prefix cache's and each link's
+        columns where the run has them."""
+        t = self.table
+        frame = t.frame()
+        if self.kv_cache is not None:  # per request: prompt tokens found cached, transfer time
+            frame["prefix_hit_tokens"] = t.kv_hit_tokens
+            frame["kv_transfer_s"] = t.kv_xfer_s
+        for h in self.handoffs:  # PD: where each request was prefilled, its KV transfer
+            h.amend_frame(frame)
+        frame["route_reason"] = t.route_reason()  # the router's Decision.reason
+        return frame
+
+    def check_invariants(self) -> None:
+        """Conservation checks (also run by tests): KV blocks, tokens, request states."""
+        t = self.table
+        for w in self.workers:
+            held = int(t.blocks[t.worker == w.wid].sum())
+            if held != w.kv.held:
+                raise AssertionError(f"worker {w.wid}: allocator has {w.kv.held} blocks held, "
+                                     f"requests hold {held}")
+        if not np.array_equal(t.generated, t.accepted + t.bonus):
+            raise AssertionError("output tokens != accepted + bonus tokens")
+        if self.kv_cache is not None:  # every tier: blocks free or cached; tokens conserved
+            pc.check_invariants(self)
+        for h in self.handoffs:  # PD: arrivals accounted for, tokens over the link, no leak
+            h.check(self.arrived())
+
+
