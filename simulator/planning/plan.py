@@ -30,6 +30,7 @@ from typing import Any
 from specsim.errors import ScenarioError
 from specsim.messages import show as show_value
 from specsim.messages import show_path
+from specsim.simulator.metrics.run_metrics import RunMetrics
 
 #: --slo names -> (metrics key, statistic)
 SLO_KEYS = {"ttft_p50": ("ttft_s", "p50"), "ttft_p90": ("ttft_s", "p90"),
@@ -48,7 +49,7 @@ class Probe:
     rate: float
     ok: bool
     why: str  # the first SLO missed, or "overloaded", or "" when ok
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: RunMetrics = field(default_factory=RunMetrics)
 
 
 @dataclass
@@ -141,12 +142,13 @@ def space_points(space: dict[str, list[Any]]) -> list[dict[str, Any]]:
             for combo in itertools.product(*(space[k] for k in keys))]
 
 
-def _check(metrics: dict[str, Any], slos: dict[str, float]) -> tuple[bool, str]:
-    if metrics["requests_in_flight"] > 0:
+def _check(metrics: Any, slos: dict[str, float]) -> tuple[bool, str]:
+    m = RunMetrics.from_summary(metrics)  # read by attribute
+    if m.requests_in_flight > 0:
         return False, "overloaded (requests still queued well after the last arrival)"
     for name, limit in slos.items():
         key, stat = SLO_KEYS[name]
-        got = metrics[key][stat]
+        got = getattr(getattr(m, key), stat)
         if got is None or not math.isfinite(got) or got > limit:
             return False, f"{name} {got:.4g} s > {limit:g} s"
     return True, ""
@@ -218,7 +220,8 @@ class Planner:
                 "simulation.horizon_s": 1.5 * n / rate + 30.0,
                 "simulation.record_iterations": False, "simulation.progress": False}
         with many_runs():  # a plan probes many rates: compiled pays for itself
-            m = run_scenario(self.base, overrides=over, seed=self.seed).metrics
+            m = RunMetrics.from_summary(run_scenario(self.base, overrides=over,
+                                                     seed=self.seed).metrics)
         ok, why = _check(m, self.slos)
         return Probe(rate, ok, why, m)
 
@@ -265,15 +268,15 @@ class Planner:
         row.why = "" if at.ok else f"at the sized load: {at.why}"
         row.replica_rate = best.rate
         row.replicas = replicas
-        row.devices = replicas * int(m["fleet"]["devices"])  # a worker's TP, or a PD unit
-        price = m["fleet"]["price_usd_per_device_hour"]  # (device-weighted over PD pools)
+        row.devices = replicas * int(m.fleet.devices)  # a worker's TP, or a PD unit
+        price = m.fleet.price_usd_per_device_hour  # (device-weighted over PD pools)
         row.usd_per_hour = row.devices * price
-        tok_s = m["throughput_output_tokens_per_s"] * replicas
+        tok_s = m.throughput_output_tokens_per_s * replicas
         row.usd_per_million_tokens = row.usd_per_hour / 3600.0 / tok_s * 1e6 if tok_s else None
-        row.j_per_token = m["energy_j_per_output_token"]
+        row.j_per_token = m.energy_j_per_output_token
         for name, limit in self.slos.items():
             key, stat = SLO_KEYS[name]
-            got = m[key][stat]
+            got = getattr(getattr(m, key), stat)
             row.margins[name] = limit / got if got else float("inf")
         return row
 
