@@ -338,7 +338,7 @@ def report(console, results: list[dict[str, Any]], fits: tuple[str, ...],
                   f"{len({r['run'] for r in results})} measured vLLM runs from {args.data}"
                   + (f", first {args.limit} requests each" if args.limit else "")
                   + f"; fits: {', '.join(FIT_LABEL[f] for f in fits)}")
-    console.print(f"calibration profiles: {'; '.join(cals)}")
+    console.print(f"calibration profile: {'; '.join(cals)}")
     # stage key -> fit -> subset -> row
     stages: dict[tuple[str, str], dict[str, dict[str, dict]]] = {}
     for r in results:
@@ -383,8 +383,9 @@ def report(console, results: list[dict[str, Any]], fits: tuple[str, ...],
     if n_over:
         console.print(f"* overloaded in the simulation: predicted TTFT mean over {OVERLOAD_X:g}x "
                       "the measured one (the simulated queue grows; the engine's did not)")
-    summ = Table(title=f"mean APE over stages: all {len(stages)} stages (the targets' "
-                 f"definition) and the {len(stages) - n_over} not overloaded in the simulation "
+    summ = Table(title=f"mean APE over all runs and stages: all {len(stages)} stages (the "
+                 f"targets' definition) and the {len(stages) - n_over} not overloaded in the "
+                 "simulation "
                  f"(predicted TTFT mean > {OVERLOAD_X:g}x measured marks the other "
                  f"{n_over})")
     for col in ("fit", "metric", "all requests", "consistent", "all, not overloaded",
