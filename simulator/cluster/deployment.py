@@ -137,10 +137,6 @@ class Deployment:
         self.hbm_bw = self.hw.hbm_bw
 
     @property
-    def devices(self) -> int:
-        return self.n_workers * self.tp
-
-    @property
     def speculating(self) -> bool:
         """Whether the pool's workers draft at all (a method, and k above 0)."""
         return self.method != "none" and self.sc.speculation.k > 0
