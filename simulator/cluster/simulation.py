@@ -108,7 +108,7 @@ class Simulation:
                 pool.workers = build_workers(
                     pool, self, self.table, self.on_finish,
                     None if pool.name in targets else self.next_arrival_hint)
-            pool.router = make_router(pool.router_policy, len(pool.workers), pool.router_params)
+            pool.router = make_router(pool.router_policy, len(pool.workers))
         for h in self.handoffs:
             h.attach(fleet.pool(h.link.source), fleet.pool(h.link.target))
 
