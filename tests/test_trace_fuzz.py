@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from specsim.errors import ScenarioError
+from specsim.limits import MAX_ARRIVAL_S
 from specsim.traces.errors import TraceError
 from specsim.traces.fit import ARRIVAL_MODELS, LENGTH_MODELS, fit_synthetic
 from specsim.traces.loaders import FORMATS, load_trace
@@ -275,7 +276,13 @@ def check_fit(df: pd.DataFrame, arrival: str, lengths: str) -> None:
     if section is None:  # refused in one line (too few distinct times, an absurd span)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        built = build_workload(section, Path(tmp), 0)
+        try:
+            built = build_workload(section, Path(tmp), 0)
+        except TraceError as exc:  # a trace near the latest arrival a run holds can be
+            # fitted by a generator whose draws pass it: refused in one line, naming the row
+            assert f"arrival_s: expected a number of seconds from 0 to {MAX_ARRIVAL_S:,.0f}" \
+                in str(exc) and "\n" not in str(exc), exc
+            return
     check_schema(built)
     assert len(built) == len(df)
 
@@ -450,7 +457,8 @@ def test_a_fuzzed_trace_error_is_one_plain_line(tmp_path):
 @SETTINGS
 @given(
     times=st.lists(
-        st.one_of(st.floats(0, 1e3), st.floats(0, 1e12), st.sampled_from([0.0, 1e-9, 5e-324])),
+        st.one_of(st.floats(0, 1e3), st.floats(0, MAX_ARRIVAL_S),  # the latest a trace holds
+                  st.sampled_from([0.0, 1e-9, 5e-324, MAX_ARRIVAL_S])),
         min_size=2,
         max_size=40,
     ),
