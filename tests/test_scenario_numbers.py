@@ -205,7 +205,7 @@ def test_check_requests_and_workers(monkeypatch):
         limits.check_requests(500_000, "workload.synthetic")
     limits.check_requests(500_000, "workload.synthetic", record_iterations=False)
     with pytest.raises(ScenarioError, match=r"^hardware.count: 1,000,000 devices -> 500,000 "
-                                            r"workers need ~2.56 GB"):
+                                            r"workers need ~5.12 GB"):
         limits.check_workers(500_000, devices=1_000_000)
     monkeypatch.setenv(limits.ENV, "lots")
     with pytest.raises(ScenarioError, match="SPECSIM_MEMORY_LIMIT_GB: expected a positive"):
@@ -219,10 +219,11 @@ def test_memory_budget_without_env(monkeypatch):
 
 
 def test_fleet_too_large_for_memory(capsys, monkeypatch):
-    monkeypatch.setenv(limits.ENV, "0.01")  # 10 MB: 2,000 workers need ~10 MB
+    monkeypatch.setenv(limits.ENV, "0.01")  # 10 MB: 1,000 workers need ~10 MB
     assert main(["validate", str(CHAT), "--set", "hardware.count=4000", *SMALL[:2]]) == 2
     line = _one_error(capsys)
-    assert "hardware.count: 4,000 devices -> 4,000 workers need ~0.0205 GB" in line
+    assert "hardware.count: 4,000 devices -> 4,000 workers need ~0.041 GB of memory (~10 KB each)" \
+        in line
 
 
 def test_fleet_sanity_bound(capsys):
