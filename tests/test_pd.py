@@ -436,6 +436,9 @@ def test_mixed_hardware_pools_run_at_their_own_speed():
     assert pools["decode"]["calibration"] == a100.metrics["calibration"]
     assert pools["prefill"]["calibration"] != pools["decode"]["calibration"]
     assert res.metrics["fleet"]["accelerator"] == "H100-SXM + A100-SXM-80GB"
+    assert res.metrics["calibration"] == " + ".join(
+        [pools["prefill"]["calibration"], pools["decode"]["calibration"]])
+    assert res.metrics["hardware_calibrated"]
     assert res.metrics["fleet"]["devices"] == 2
     _check(res)
 

@@ -155,9 +155,16 @@ def summarise(sim: Any, wall_s: float) -> dict[str, Any]:
                         **speculation_metrics(sim, busy)},
         "simulated_time_s": now,
         "wall_time_s": wall_s,
-        "calibration": cal.name if cal.calibrated else UNCALIBRATED,
+        # each pool's profile, once each (its values: the decoding pool's; every pool's
+        # name is in disaggregation.pools)
+        "calibration": " + ".join(dict.fromkeys(
+            p.deployment.calibration.name if p.deployment.calibration.calibrated
+            else UNCALIBRATED for p in fleet.pools)),
         "calibration_values": {**cal.values(), "source": cal.source},
-        "hardware_calibrated": bool(cal.calibrated and cal.hardware == d.hw.name),
+        "hardware_calibrated": all(
+            p.deployment.calibration.calibrated
+            and p.deployment.calibration.hardware == p.deployment.hw.name
+            for p in fleet.pools),
         "notes": list(sim.notes),
     }
     if d.kv_cache is not None:  # only with kv_cache: other runs' metrics as before
