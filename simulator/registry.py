@@ -45,6 +45,15 @@ class DrafterInfo:
     doc: str | None = None
 
 
+@dataclass(frozen=True)
+class PolicyInfo:
+    """What a policy may declare when it registers: ``params``, a pydantic model (a
+    ``Section``) of its own settings, given in the scenario under the axis's ``params`` key
+    (``router: {policy: name, params: {...}}``) and passed, validated, to its constructor."""
+
+    params: Any = None
+
+
 class Registry:
     """Names -> classes for one axis (routers, batch schedulers, speculation policies, ...)."""
 
@@ -86,7 +95,7 @@ class Registry:
         return self._info[name]
 
 
-ROUTERS = Registry("router", "router.policy")
+ROUTERS = Registry("router", "router.policy", info=PolicyInfo)
 BATCH_SCHEDULERS = Registry("batch scheduler", "scheduler.policy")
 SPECULATION_POLICIES = Registry("speculation policy", "speculation.policy")
 DRAFTERS = Registry("drafter", "speculation.method", info=DrafterInfo)

@@ -61,6 +61,7 @@ class Pool:
     deployment: Deployment
     router_policy: str
     first_wid: int = 0
+    router_params: dict[str, Any] | None = None  # router.params (arrivals' pool only)
     workers: list[Worker] = field(default_factory=list)
     router: Router | None = None
 
@@ -115,6 +116,10 @@ class Fleet:
     def workers(self) -> list[Worker]:
         return [w for p in self.pools for w in p.workers]
 
+    @property
+    def devices(self) -> int:
+        return sum(p.deployment.devices for p in self.pools)
+
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
 
@@ -128,7 +133,8 @@ def deploy(sc: Any, base_dir: Path) -> Fleet:
     dis = sc.disaggregation
     if dis is None:
         d = Deployment(sc, base_dir)
-        return Fleet(sc, [Pool(MIXED, MIXED, d, sc.router.policy)], [], list(d.notes))
+        return Fleet(sc, [Pool(MIXED, MIXED, d, sc.router.policy,
+                                router_params=sc.router.params)], [], list(d.notes))
     hw = sc.hardware
     for name in (PREFILL, DECODE):  # each pool whole workers, before the pools are added
         pool = dis[name]
@@ -150,7 +156,8 @@ def deploy(sc: Any, base_dir: Path) -> Fleet:
         except _USER_ERRORS as exc:
             raise type(exc)(_rekey(str(exc), name, pool)) from None
         router = sc.router.policy if name == PREFILL else dis.decode_router
-        pools.append(Pool(name, name, d, router, first))
+        pools.append(Pool(name, name, d, router, first,
+                          router_params=sc.router.params if name == PREFILL else None))
         first += d.n_workers
     pf = pools[0].deployment
     link = dis.link

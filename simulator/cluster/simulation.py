@@ -108,7 +108,7 @@ class Simulation:
                 pool.workers = build_workers(
                     pool, self, self.table, self.on_finish,
                     None if pool.name in targets else self.next_arrival_hint)
-            pool.router = make_router(pool.router_policy, len(pool.workers))
+            pool.router = make_router(pool.router_policy, len(pool.workers), pool.router_params)
         for h in self.handoffs:
             h.attach(fleet.pool(h.link.source), fleet.pool(h.link.target))
 
@@ -250,7 +250,7 @@ class Simulation:
         may generate (``RequestFeatures``)."""
         t = self.table
         prompt = int(t.prompt[rid])
-        return RequestFeatures(rid, prompt, max(self.max_context - prompt, 0),
+        return RequestFeatures(rid, prompt, self.max_context - prompt,
                                str(t.workload_class[rid]), int(t.session_id[rid]),
                                str(t.slo_tier[rid]))
 

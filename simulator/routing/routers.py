@@ -12,6 +12,7 @@ how many of a request's prompt tokens the worker has cached per tier (``prefix_h
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from specsim.simulator.registry import ROUTERS
 
@@ -84,8 +85,11 @@ class LeastLoaded(Router):
         return Decision(best.wid, f"least loaded ({best.load} requests)")
 
 
-def make_router(name: str, n_workers: int) -> Router:
-    return ROUTERS.get(name)(n_workers)
+def make_router(name: str, n_workers: int, params: dict[str, Any] | None = None) -> Router:
+    """The router registered as ``name``; one that registered a params model gets its
+    settings (``router.params``, validated) as its second argument."""
+    cls, model = ROUTERS.get(name), ROUTERS.info(name).params
+    return cls(n_workers) if model is None else cls(n_workers, model.model_validate(params or {}))
 
 
 def _least_loaded(snapshots):

@@ -452,6 +452,24 @@ ENGINE_KEYS: dict[str, tuple[str, str]] = {
 
 class Router(Section):
     policy: Policy(ROUTERS) = "round_robin"
+    params: OptMapping = Field(None, description="the router's own settings (the params "
+                                                 "model it registers with)")
+
+    @model_validator(mode="after")
+    def _params(self) -> Router:
+        model = ROUTERS.info(self.policy).params
+        if model is None:
+            if self.params:
+                raise fail_key("params", f"router {self.policy} takes no parameters, got "
+                                         f"{show(self.params)}")
+            return self
+        try:
+            given = model.model_validate(self.params or {})
+        except ValidationError as exc:
+            key, message = error_line(exc, model)
+            raise fail_key(".".join(x for x in ("params", key) if x), message) from None
+        object.__setattr__(self, "params", given.model_dump())  # defaults filled in
+        return self
 
 
 class KvTier(Section):
