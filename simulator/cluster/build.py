@@ -116,10 +116,6 @@ class Fleet:
     def workers(self) -> list[Worker]:
         return [w for p in self.pools for w in p.workers]
 
-    @property
-    def devices(self) -> int:
-        return sum(p.deployment.devices for p in self.pools)
-
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
 

@@ -250,7 +250,7 @@ class Simulation:
         may generate (``RequestFeatures``)."""
         t = self.table
         prompt = int(t.prompt[rid])
-        return RequestFeatures(rid, prompt, self.max_context - prompt,
+        return RequestFeatures(rid, prompt, max(self.max_context - prompt, 0),
                                str(t.workload_class[rid]), int(t.session_id[rid]),
                                str(t.slo_tier[rid]))
 
