@@ -9,8 +9,6 @@ it, so the planning modules import one way (tests/test_architecture.py).
 from __future__ import annotations
 
 import math
-import os
-import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,15 +36,11 @@ def _version() -> str:
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.parent / f".{path.name}.sweep-tmp-{os.getpid()}-{secrets.token_hex(4)}"
-    try:
-        write(tmp)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """A file of the sweep folder, by ``specsim.outputs.atomic_write`` (a temporary file
+    beside it, synced, renamed into place: never half-written)."""
+    from specsim.outputs import atomic_write
+
+    atomic_write(path, write)
 
 
 def summarize(table, keys: list[str]):
