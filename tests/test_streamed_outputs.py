@@ -112,8 +112,8 @@ def test_rows_held_in_memory_never_exceed_a_chunk(tmp_path, monkeypatch):
     held: list[tuple[int, int]] = []
     add = Metrics.add_iterations
 
-    def spy(self, m, *cols):
-        add(self, m, *cols)
+    def spy(self, m, **cols):
+        add(self, m, **cols)
         held.append((self._n, len(self._buf)))
 
     monkeypatch.setattr(Metrics, "add_iterations", spy)

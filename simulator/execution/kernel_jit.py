@@ -4,7 +4,7 @@ loops over the batch's rows instead of ~150 small numpy calls per segment.
 ``kernel.py`` stays the reference: this module does the same floating-point operations in
 the same order, so a run gives the same bits either way (the tests compare every bundled
 scenario's metrics, requests and iterations). Where numpy reduces floats pairwise
-(``ndarray.sum`` of 8 or more values) ``_pairwise`` repeats its order exactly; the other
+(``ndarray.sum`` of 8 or more values) ``numpy_order.total`` repeats its order exactly; the other
 sums here add integer-valued floats (token counts, attention areas), exact in any order.
 
 What is compiled (selected by ``simulation.compiled``: auto, true, false):
@@ -26,168 +26,38 @@ first run on a machine compiles (tens of seconds), later runs load the cache.
 from __future__ import annotations
 
 import operator
+from types import FunctionType
 
 import numpy as np
 from numba import njit
 
 from specsim.cost_models.roofline import ForwardCostModel
+from specsim.simulator import rng
 from specsim.simulator.execution.executor import Executor
-
-_JIT = {"cache": True, "error_model": "numpy", "nogil": True}
-
-
-def _skip_blas_probe() -> None:
-    """Import ``numba.np.arraymath`` (numba's first dispatch does) without its BLAS probe
-    importing ``scipy.linalg`` (~0.2 s a run): the probe only decides how ``np.dot`` and
-    the like compile, which this kernel does not use; it is answered from ``find_spec``
-    instead, and numba's own ``ensure_blas`` is put back for anything compiled later."""
-    import importlib.util
-    import sys
-
-    if "numba.np.arraymath" in sys.modules:
-        return
-    try:
-        import numba.np.linalg as linalg
-    except ImportError:
-        return
-    probe = getattr(linalg, "ensure_blas", None)
-    if probe is None:
-        return
-
-    def ensure_blas() -> None:
-        if importlib.util.find_spec("scipy") is None:
-            raise ImportError("scipy 0.16+ is required for linear algebra")
-
-    linalg.ensure_blas = ensure_blas
-    try:
-        import numba.np.arraymath  # noqa: F401
-    finally:
-        linalg.ensure_blas = probe
-
-
-_skip_blas_probe()
-
-# ------------------------------------------------------------------ numpy's reductions
-
-
-@njit(**_JIT)
-def _block(a, lo, n):
-    """numpy's pairwise sum of at most 128 values: 8 accumulators, then the rest in order."""
-    if n < 8:
-        res = 0.0
-        for i in range(n):
-            res += a[lo + i]
-        return res
-    r0 = a[lo]
-    r1 = a[lo + 1]
-    r2 = a[lo + 2]
-    r3 = a[lo + 3]
-    r4 = a[lo + 4]
-    r5 = a[lo + 5]
-    r6 = a[lo + 6]
-    r7 = a[lo + 7]
-    i = 8
-    stop = n - (n % 8)
-    while i < stop:
-        r0 += a[lo + i]
-        r1 += a[lo + i + 1]
-        r2 += a[lo + i + 2]
-        r3 += a[lo + i + 3]
-        r4 += a[lo + i + 4]
-        r5 += a[lo + i + 5]
-        r6 += a[lo + i + 6]
-        r7 += a[lo + i + 7]
-        i += 8
-    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
-    while i < n:
-        res += a[lo + i]
-        i += 1
-    return res
-
-
-@njit(**_JIT)
-def _pairwise(a, lo, n):
-    """numpy's pairwise summation of a[lo:lo + n] (``DOUBLE_pairwise_sum``: blocks of at most
-    128 values, longer runs split in two at a multiple of 8), so that
-    ``0.0 + _pairwise(a, 0, n)`` equals ``a.sum()`` bit for bit. numpy recurses; this walks
-    the same tree with a stack (numba's on-disk cache does not keep recursive functions)."""
-    if n <= 128:
-        return _block(a, lo, n)
-    s_lo = np.empty(64, np.int64)
-    s_n = np.empty(64, np.int64)
-    s_stage = np.zeros(64, np.int64)
-    s_left = np.empty(64)
-    s_lo[0], s_n[0] = lo, n
-    sp = 1
-    ret = 0.0
-    while sp > 0:
-        top = sp - 1
-        lo_, n_ = s_lo[top], s_n[top]
-        if n_ <= 128:
-            ret = _block(a, lo_, n_)
-            sp -= 1
-            continue
-        n2 = n_ // 2
-        n2 -= n2 % 8
-        if s_stage[top] == 0:
-            s_stage[top] = 1
-            s_lo[sp], s_n[sp], s_stage[sp] = lo_, n2, 0
-            sp += 1
-        elif s_stage[top] == 1:
-            s_left[top] = ret
-            s_stage[top] = 2
-            s_lo[sp], s_n[sp], s_stage[sp] = lo_ + n2, n_ - n2, 0
-            sp += 1
-        else:
-            ret = s_left[top] + ret
-            sp -= 1
-    return ret
-
-
-@njit(**_JIT)
-def _sum(a, lo, n):
-    """``float(a[lo:lo + n].sum())`` (the reduction starts from add's identity, 0.0)."""
-    return 0.0 + _pairwise(a, lo, n)
-
-
-@njit(**_JIT)
-def _maximum(x, y):
-    """np.maximum of two floats (NaN wins)."""
-    if x != x:
-        return x
-    if y != y:
-        return y
-    return x if x >= y else y
-
-
-@njit(**_JIT)
-def _minimum(x, y):
-    """np.minimum of two floats (NaN wins)."""
-    if x != x:
-        return x
-    if y != y:
-        return y
-    return x if x <= y else y
-
+from specsim.simulator.execution.ledger import Ledger
+from specsim.simulator.execution.numpy_order import JIT as _JIT
+from specsim.simulator.execution.numpy_order import maximum as _maximum
+from specsim.simulator.execution.numpy_order import minimum as _minimum
+from specsim.simulator.execution.numpy_order import total as _sum
+from specsim.simulator.execution.segment import Segment
+from specsim.simulator.kv.blocks import BlockAllocator
+from specsim.simulator.metrics.iteration_log import ITER, ITER_COLUMNS
+from specsim.simulator.scheduling.batching import FcfsScheduler
+from specsim.simulator.speculation import drafters as dr
+from specsim.simulator.speculation.acceptance import AcceptanceModel
+from specsim.simulator.speculation.policies import StaticK
 
 # ------------------------------------------------------------------ keyed uniforms
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
-_ONE = np.uint64(1)
-_INV53 = 1.0 / float(1 << 53)
+# rng.py's SplitMix64, compiled as written there (``draw`` calling the compiled ``mix``)
+_mix = njit(**_JIT)(rng.mix)
+_draw = njit(**_JIT)(FunctionType(rng.draw.__code__, {**vars(rng), "mix": _mix}, "draw"))
 
 
 @njit(**_JIT)
 def _uniform(key, step):
     """``rng.uniform`` for one (key, step): U(0, 1], the same bits."""
-    z = key + (np.uint64(step) + _ONE) * _GOLDEN
-    z = (z ^ (z >> _S30)) * _M1
-    z = (z ^ (z >> _S27)) * _M2
-    z = z ^ (z >> _S31)
-    return 1.0 - np.float64(z >> _S11) * _INV53
+    return _draw(key, np.uint64(step))
 
 
 # ------------------------------------------------------------------ the roofline
@@ -366,7 +236,7 @@ def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunk
 
 @njit(**_JIT)
 def _width(k, widths, use_tree):
-    """``Drafter.verify_width`` of one draft length."""
+    """``dr.Drafter.verify_width`` of one draft length."""
     return widths[min(k, len(widths) - 1)] if use_tree else k + 1
 
 
@@ -990,21 +860,21 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
         d = dt[s]
         Fo[x] = flops[s] / (d * peak_flops)
         Fo[n + x] = nbytes[s] / (d * hbm_bw)
-        if record:  # collector.ITER_COLUMNS, in order
+        if record:  # the iteration log's columns, by name (iteration_log.ITER_COLUMNS)
             row = buf[row0 + x]
-            row[0] = start[s]
-            row[1] = wid
-            row[2] = n_alive
-            row[3] = n_alive - n_pre
-            row[4] = n_pre
-            row[5] = tokens[s]
-            row[6] = ksum
-            row[7] = draft[s]
-            row[8] = verify[s]
-            row[9] = Fo[x]
-            row[10] = Fo[n + x]
-            row[11] = asum
-            row[12] = reason
+            row[ITER.time_s] = start[s]
+            row[ITER.worker] = wid
+            row[ITER.batch_size] = n_alive
+            row[ITER.decode_seqs] = n_alive - n_pre
+            row[ITER.prefill_seqs] = n_pre
+            row[ITER.tokens] = tokens[s]
+            row[ITER.drafted_tokens] = ksum
+            row[ITER.draft_time_s] = draft[s]
+            row[ITER.verify_time_s] = verify[s]
+            row[ITER.compute_util] = Fo[x]
+            row[ITER.memory_util] = Fo[n + x]
+            row[ITER.kv_blocks_used] = asum
+            row[ITER.policy_reason] = reason
         phase = 0.0 if overlap else draft[s]
         rest = _maximum(d - phase, 0.0)
         e_draft[x] = devices * phase * (
@@ -1076,7 +946,6 @@ def _cost_params(cm) -> np.ndarray | None:
 
 def _drafter_kind(d):
     """(kind, cost parameters, scalar) of a bundled drafter, or None if unknown."""
-    from specsim.simulator.speculation import drafters as dr
 
     cls = type(d)
     none = _frozen(np.zeros(len(_COST_ATTRS)))
@@ -1102,15 +971,13 @@ class Compiled:
     """The compiled plan / commit of one Kernel (``Kernel.plan`` / ``commit`` call these)."""
 
     def __init__(self, kernel) -> None:
-        from specsim.simulator.speculation.acceptance import AcceptanceModel
-
         self.kernel = kernel
         self._pricing = None  # built at the first plan: (args...) or False (Python executor)
         d = kernel.drafter
         self.plans = (getattr(type(kernel.acceptance), "accepted", None)
                       is AcceptanceModel.accepted
                       and _same(d, type(d), "verify_width")
-                      and getattr(type(d), "verify_width", None) is _verify_width())
+                      and getattr(type(d), "verify_width", None) is dr.Drafter.verify_width)
         tree = getattr(d, "tree", None)
         self.widths = _frozen(tree.widths, np.int64) if tree is not None else _EMPTY_I
         self.use_tree = tree is not None
@@ -1150,7 +1017,6 @@ class Compiled:
         return self._pricing
 
     def plan(self, shape, now: float, steps: int, fixed_k, chunking: bool = False):
-        from specsim.simulator.execution.kernel import Segment
 
         kn = self.kernel
         t, d = kn.t, kn.drafter
@@ -1191,21 +1057,16 @@ class Compiled:
         chance or widths are its own, or pricing the compiled kernel does not do. The call
         returns ``(segment, multi)``, or None when the step's KV growth does not fit (the
         Python scheduler then preempts)."""
-        from specsim.simulator.kv.blocks import BlockAllocator
-        from specsim.simulator.scheduling.batching import FcfsScheduler
-        from specsim.simulator.speculation.drafters import Drafter
-        from specsim.simulator.speculation.policies import StaticK
 
         kn, d, policy, sch = self.kernel, self.kernel.drafter, worker.policy, worker.scheduler
         if not (self.plans and self._price_args() and type(sch) is FcfsScheduler
                 and type(worker.kv) is BlockAllocator and worker.cache is None
                 and kn.shared is None and isinstance(policy, StaticK)
                 and type(policy).choose is StaticK.choose and policy.fixed_k is not None
-                and _same(d, Drafter, "match_probability", "verify_width", "k_for_width")
+                and _same(d, dr.Drafter, "match_probability", "verify_width", "k_for_width")
                 and not d.per_class
                 and not getattr(d, "state_dependent_match", False)):
             return None
-        from specsim.simulator.execution.kernel import Segment
 
         t, kv = kn.t, worker.kv
         static = None
@@ -1239,7 +1100,6 @@ class Compiled:
         every commit, answered once per ledger."""
         if self._ledger_cls is not None and self._ledger_cls[0] is ledger:
             return self._ledger_cls[1]
-        from specsim.simulator.cluster.worker import Ledger
 
         ok = type(ledger) is Ledger and _same(ledger, Ledger, "add")
         self._ledger_cls = (ledger, ok)
@@ -1316,10 +1176,5 @@ def _segment(Segment, rows, pre0, chunking, S, m, Ia, Bo, Iv, dt, draft, verify,
 
 _NO_HIST = np.zeros((1, 1), np.int64)
 _NO_MASK = np.zeros((1, 1), np.bool_)  # a segment without chunks: its (S, B) masks' stand-in
-_NO_BUF = np.zeros((1, 13))  # unrecorded: the iteration rows' stand-in (same type)
+_NO_BUF = np.zeros((1, len(ITER_COLUMNS)))  # unrecorded: the iteration rows' stand-in
 
-
-def _verify_width():
-    from specsim.simulator.speculation.drafters import Drafter
-
-    return Drafter.verify_width

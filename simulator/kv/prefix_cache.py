@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from specsim.simulator import rng
 from specsim.simulator.kv.tiers import Tier, TierStore
 
 BLOCK_TOKENS = 512  # a trace's prefix block (Mooncake hash_ids; traces/schema.py)
@@ -60,10 +61,7 @@ _SESSION_SALT = 0x5E55_1017_C0DE_F00D
 
 def _splitmix(z: np.ndarray) -> np.ndarray:
     """splitmix64 on a uint64 array (radix.py's ``_splitmix``, vectorised; wraps mod 2^64)."""
-    z = z + _U(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> _U(30))) * _U(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> _U(27))) * _U(0x94D049BB133111EB)
-    return z ^ (z >> _U(31))
+    return rng.mix(z + rng.GOLDEN)
 
 
 def block_pages(block_ids: np.ndarray, n_pages: int, per: int) -> np.ndarray:

@@ -10,6 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from specsim.simulator.metrics.iteration_log import ITER, ITER_COLUMNS
+
+_ITER_NAMES = set(ITER_COLUMNS)
+
 
 class LogHistogram:
     """Fixed log-spaced bins from 1 us to 10^4 s: memory stays flat however long the run."""
@@ -80,9 +84,6 @@ class LogHistogram:
                 "p90": self.quantile(0.9), "p99": self.quantile(0.99), "count": self.n}
 
 
-ITER_COLUMNS = ("time_s", "worker", "batch_size", "decode_seqs", "prefill_seqs", "tokens",
-                "drafted_tokens", "draft_time_s", "verify_time_s", "compute_util",
-                "memory_util", "kv_blocks_used", "policy_reason")
 
 
 class Metrics:
@@ -137,12 +138,16 @@ class Metrics:
             code = self.reasons[reason] = len(self.reasons)
         return code
 
-    def add_iterations(self, m: int, *cols) -> None:
-        """``m`` rows at once (scalars broadcast): a committed stretch of a segment."""
+    def add_iterations(self, m: int, **cols) -> None:
+        """``m`` rows at once (scalars broadcast): a committed stretch of a segment, every
+        column of ``ITER_COLUMNS`` by name."""
+        if cols.keys() != _ITER_NAMES:
+            raise TypeError(f"add_iterations needs the columns {ITER_COLUMNS}, "
+                            f"got {tuple(cols)}")
         buf, n0 = self.reserve_rows(m)
         block = buf[n0:n0 + m]
-        for i, c in enumerate(cols):
-            block[:, i] = c
+        for name, c in cols.items():
+            block[:, ITER[name]] = c
         self.rows_added(m)
 
     def reserve_rows(self, m: int) -> tuple[np.ndarray, int]:

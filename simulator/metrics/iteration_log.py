@@ -22,12 +22,20 @@ from __future__ import annotations
 import csv
 import io
 import math
+from enum import IntEnum
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 import pandas as pd
 
+#: the iteration log's columns, in order (then ``Metrics.extra``): the one table both
+#: commits index by name, the Python one by keyword (``Metrics.add_iterations``), the
+#: compiled one by ``ITER.<name>`` (kernel_jit.py)
+ITER_COLUMNS = ("time_s", "worker", "batch_size", "decode_seqs", "prefill_seqs", "tokens",
+                "drafted_tokens", "draft_time_s", "verify_time_s", "compute_util",
+                "memory_util", "kv_blocks_used", "policy_reason")
+ITER = IntEnum("ITER", {name: i for i, name in enumerate(ITER_COLUMNS)})
 #: simulation.iteration_log -> file name
 FILES = {"parquet": "iterations.parquet", "csv": "iterations.csv"}
 #: rows held in memory before a chunk is written (about 14 columns x 8 bytes each)

@@ -15,7 +15,7 @@ import numpy as np
 
 from specsim.simulator import rng
 from specsim.simulator.cluster import requests as rq
-from specsim.simulator.execution.kernel import StepShape
+from specsim.simulator.execution.segment import StepShape
 from specsim.simulator.registry import BATCH_SCHEDULERS
 
 

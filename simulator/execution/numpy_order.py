@@ -1,0 +1,146 @@
+"""numpy's float rules as numba compiles them, written once: the pairwise sum of
+``ndarray.sum`` (``total``) and the NaN rules of ``np.maximum`` / ``np.minimum``.
+
+The compiled kernel (kernel_jit.py) sums floats where the ledger and the drafters' pricing
+(numpy) sum them; to give the same bits it must add them in numpy's order. This module is
+the one mirror of that order; tests/test_kernel_compiled.py checks it against numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: how every compiled function of the kernel is compiled (cached on disk)
+JIT = {"cache": True, "error_model": "numpy", "nogil": True}
+
+
+def _skip_blas_probe() -> None:
+    """Import ``numba.np.arraymath`` (numba's first dispatch does) without its BLAS probe
+    importing ``scipy.linalg`` (~0.2 s a run): the probe only decides how ``np.dot`` and
+    the like compile, which this kernel does not use; it is answered from ``find_spec``
+    instead, and numba's own ``ensure_blas`` is put back for anything compiled later."""
+    import importlib.util
+    import sys
+
+    if "numba.np.arraymath" in sys.modules:
+        return
+    try:
+        import numba.np.linalg as linalg
+    except ImportError:
+        return
+    probe = getattr(linalg, "ensure_blas", None)
+    if probe is None:
+        return
+
+    def ensure_blas() -> None:
+        if importlib.util.find_spec("scipy") is None:
+            raise ImportError("scipy 0.16+ is required for linear algebra")
+
+    linalg.ensure_blas = ensure_blas
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        linalg.ensure_blas = probe
+
+
+_skip_blas_probe()  # before any compiled function is dispatched
+
+@njit(**JIT)
+def _block(a, lo, n):
+    """numpy's pairwise sum of at most 128 values: 8 accumulators, then the rest in order."""
+    if n < 8:
+        res = 0.0
+        for i in range(n):
+            res += a[lo + i]
+        return res
+    r0 = a[lo]
+    r1 = a[lo + 1]
+    r2 = a[lo + 2]
+    r3 = a[lo + 3]
+    r4 = a[lo + 4]
+    r5 = a[lo + 5]
+    r6 = a[lo + 6]
+    r7 = a[lo + 7]
+    i = 8
+    stop = n - (n % 8)
+    while i < stop:
+        r0 += a[lo + i]
+        r1 += a[lo + i + 1]
+        r2 += a[lo + i + 2]
+        r3 += a[lo + i + 3]
+        r4 += a[lo + i + 4]
+        r5 += a[lo + i + 5]
+        r6 += a[lo + i + 6]
+        r7 += a[lo + i + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res
+
+
+@njit(**JIT)
+def _pairwise(a, lo, n):
+    """numpy's pairwise summation of a[lo:lo + n] (``DOUBLE_pairwise_sum``: blocks of at most
+    128 values, longer runs split in two at a multiple of 8), so that
+    ``0.0 + _pairwise(a, 0, n)`` equals ``a.sum()`` bit for bit. numpy recurses; this walks
+    the same tree with a stack (numba's on-disk cache does not keep recursive functions)."""
+    if n <= 128:
+        return _block(a, lo, n)
+    s_lo = np.empty(64, np.int64)
+    s_n = np.empty(64, np.int64)
+    s_stage = np.zeros(64, np.int64)
+    s_left = np.empty(64)
+    s_lo[0], s_n[0] = lo, n
+    sp = 1
+    ret = 0.0
+    while sp > 0:
+        top = sp - 1
+        lo_, n_ = s_lo[top], s_n[top]
+        if n_ <= 128:
+            ret = _block(a, lo_, n_)
+            sp -= 1
+            continue
+        n2 = n_ // 2
+        n2 -= n2 % 8
+        if s_stage[top] == 0:
+            s_stage[top] = 1
+            s_lo[sp], s_n[sp], s_stage[sp] = lo_, n2, 0
+            sp += 1
+        elif s_stage[top] == 1:
+            s_left[top] = ret
+            s_stage[top] = 2
+            s_lo[sp], s_n[sp], s_stage[sp] = lo_ + n2, n_ - n2, 0
+            sp += 1
+        else:
+            ret = s_left[top] + ret
+            sp -= 1
+    return ret
+
+
+@njit(**JIT)
+def total(a, lo, n):
+    """``float(a[lo:lo + n].sum())`` (the reduction starts from add's identity, 0.0)."""
+    return 0.0 + _pairwise(a, lo, n)
+
+
+@njit(**JIT)
+def maximum(x, y):
+    """np.maximum of two floats (NaN wins)."""
+    if x != x:
+        return x
+    if y != y:
+        return y
+    return x if x >= y else y
+
+
+@njit(**JIT)
+def minimum(x, y):
+    """np.minimum of two floats (NaN wins)."""
+    if x != x:
+        return x
+    if y != y:
+        return y
+    return x if x <= y else y
