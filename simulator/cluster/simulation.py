@@ -25,6 +25,7 @@ from specsim.simulator.cluster.build import PREFILL, Fleet, Pool, build_workers,
 from specsim.simulator.cluster.overload import Overloaded, make_watch
 from specsim.simulator.cluster.worker import Worker
 from specsim.simulator.execution.kernel import SPEC_ITER_COLUMNS
+from specsim.simulator.execution.plugins import note_plugins
 from specsim.simulator.kv import prefix_cache as pc
 from specsim.simulator.metrics.collector import Metrics
 from specsim.simulator.routing.routers import RequestFeatures, make_router
@@ -111,6 +112,7 @@ class Simulation:
             pool.router = make_router(pool.router_policy, len(pool.workers), pool.router_params)
         for h in self.handoffs:
             h.attach(fleet.pool(h.link.source), fleet.pool(h.link.target))
+        note_plugins(self.notes, self.workers)  # plug-ins run on the slower Python path
 
     # ------------------------------------------------------------------ what others read
     @property

@@ -25,6 +25,7 @@ from specsim.simulator.execution.ledger import (  # noqa: F401  (their older imp
     Ledger,
     split_work,
 )
+from specsim.simulator.execution.plugins import plugin_notes
 from specsim.simulator.kv.eviction import Newest
 
 
@@ -99,6 +100,8 @@ class Worker:
         # gives the same bits (Compiled.fused says where); None: the Python path
         jit = getattr(kernel, "_jit", None)
         self._fused = jit.fused(self) if jit is not None else None
+        # plug-ins the compiled kernel has no copy of (they run in Python): the run's notes
+        self.notes = plugin_notes(self)
         self.process = env.process(self.loop())
 
     # ------------------------------------------------------------------ what others see
