@@ -330,6 +330,10 @@ def test_formulas_and_html_from_user_names_are_escaped(tmp_path):
     page = (out / "report.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "&amp;lt;" not in page  # escaped once, not twice
+    shown = [line for line in md.splitlines() if "HYPERLINK" in line]
+    assert main(["report", str(out)]) == 0  # drawn again from requests.csv: the same names
+    assert [line for line in (out / "report.md").read_text().splitlines()
+            if "HYPERLINK" in line] == shown and shown
 
 
 # ------------------------------------------------------------------ standard output, SIGTERM

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from specsim.errors import ScenarioError
-from specsim.outputs import atomic_write, clean_stale, temp_name
+from specsim.outputs import atomic_write, clean_stale, temp_name, unescape_frame
 from specsim.simulator.cluster.engine import Result
 from specsim.simulator.metrics.iteration_log import read_for_report
 from specsim.simulator.report.output import MARKER
@@ -37,7 +37,7 @@ def _read(folder: Path) -> Result:
         metrics = json.loads((folder / "metrics.json").read_text())
         scenario = (json.loads((folder / "scenario.json").read_text())
                     if (folder / "scenario.json").is_file() else {})
-        req = pd.read_csv(folder / "requests.csv")
+        req = unescape_frame(pd.read_csv(folder / "requests.csv"))  # class names as run
         it = read_for_report(folder)  # the plotted columns; sampled when huge
         it = it if it is not None else pd.DataFrame()
     except (OSError, ValueError) as exc:
