@@ -38,6 +38,7 @@ class Result:
 def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,
                   seed: int | None = None) -> tuple[Any, Path, str]:
     """Raw YAML/dict -> validated scenario, the folder paths resolve from, and its origin."""
+    from specsim.simulator.cluster import build  # noqa: F401  (registers the built-in policies)
     from specsim.simulator.scenario import config as cfg
 
     if isinstance(source, dict):
