@@ -120,6 +120,21 @@ def test_a_pd_replica_is_its_pools_devices_and_prices():
     assert mixed.devices == mixed.replicas  # a mixed replica: one worker, TP 1
 
 
+def test_a_replicas_devices_are_read_as_the_fleet_is_built():
+    """A PD pool's count is its devices (at any tensor_parallel), and a mixed replica is
+    one worker of the scenario's own tensor_parallel (build.unit_devices)."""
+    import yaml
+
+    pd_planner = Planner(PD, PD_SLOS, qps=20.0)
+    assert pd_planner.replica_devices({"disaggregation": _split(2, 4, tensor_parallel=2)}) == 6
+    with open(CHAT) as f:
+        chat = yaml.safe_load(f)
+    chat["hardware"].update(tensor_parallel=2, count=2)
+    chat["workload"]["synthetic"]["requests"] = 10
+    assert Planner(chat, SLOS, qps=1.0).replica_devices({}) == 2
+    assert Planner(chat, SLOS, qps=1.0).replica_devices({"hardware.tensor_parallel": 1}) == 1
+
+
 def test_the_planned_pd_fleet_meets_the_slos_as_a_plain_scenario_and_one_unit_less_does_not():
     from specsim.simulator.cluster.engine import run_scenario
     from specsim.simulator.planning.plan import RATE_KEY, REQUESTS_KEY, _check
@@ -169,5 +184,6 @@ def test_a_space_value_the_schema_refuses_is_one_line_before_planning(tmp_path, 
     assert main(["plan", PD, "--slo", "ttft_p99=0.5", "--qps", "10", "--space", str(space),
                  "--quiet", "--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "disaggregation.prefill.count: expected a positive integer" in err[0]
+    assert len(err) == 1 and "disaggregation.prefill.count: expected an integer at least 1" \
+        in err[0]
     assert not (tmp_path / "bad").exists()

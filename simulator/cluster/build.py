@@ -137,7 +137,7 @@ def deploy(sc: Any, base_dir: Path) -> Fleet:
         tp = pool.tensor_parallel if pool.tensor_parallel is not None else hw.tensor_parallel
         workers_of(pool.count, tp, f"disaggregation.{name}.count",
                    None if pool.tensor_parallel is not None else "hardware.tensor_parallel")
-    total = dis.prefill.count + dis.decode.count
+    total = unit_devices(sc)
     if "count" in hw.model_fields_set and hw.count != total:
         raise ScenarioError(f"hardware.count: {hw.count} devices, but the disaggregation "
                             f"pools have {dis.prefill.count} + {dis.decode.count} "
@@ -160,6 +160,16 @@ def deploy(sc: Any, base_dir: Path) -> Fleet:
     links = [Link(PREFILL, DECODE, float(link.bandwidth_gb_s) * 1e9, float(link.latency_s),
                   bool(link.shared), float(pf.kv_bytes_per_token_device * pf.tp), link)]
     return Fleet(sc, pools, links, _pd_notes(pools, link))
+
+
+def unit_devices(sc: Any) -> int:
+    """Devices of the smallest fleet of this scenario's shape (a planner's replica): one
+    worker of a mixed pool (its tensor_parallel devices), or every pool of a disaggregated
+    fleet (their counts, which are devices, added)."""
+    dis = sc.disaggregation
+    if dis is None:
+        return int(sc.hardware.tensor_parallel)
+    return int(dis.prefill.count + dis.decode.count)
 
 
 def pool_scenario(sc: Any, name: str) -> Any:

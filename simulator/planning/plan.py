@@ -188,27 +188,13 @@ class Planner:
         return msg[len(base) + 2:] if msg.startswith(base + ": ") else msg
 
     def replica_devices(self, config: dict[str, Any]) -> int:
-        """Devices of one replica: a worker's TP group, or (rule 4) a PD unit's pools."""
-        from specsim.simulator.scenario import config as cfg
+        """Devices of one replica, as the fleet is built (``build.unit_devices``): a
+        worker's TP group, or (rule 4) a PD unit's pools."""
+        from specsim.simulator.api import load_scenario
+        from specsim.simulator.cluster.build import unit_devices
 
-        raw = (dict(self.base) if isinstance(self.base, dict)
-               else cfg.read_yaml(self.base))
-        eff = cfg.apply_overrides(raw, config)
-        hw = eff.get("hardware") if isinstance(eff.get("hardware"), dict) else {}
-        tp = hw.get("tensor_parallel", 1)
-        pd = eff.get("disaggregation")
-        if not pd:
-            return int(config.get("hardware.tensor_parallel", 1))
-        devices = 0
-        for name in ("prefill", "decode"):
-            pool = pd.get(name) if isinstance(pd, dict) else None
-            if not isinstance(pool, dict) or not isinstance(pool.get("count"), int) \
-                    or isinstance(pool.get("count"), bool) or pool["count"] < 1:
-                raise ScenarioError(f"--space disaggregation.{name}.count: expected a "
-                                    f"positive integer, got {show_value(pool)}")
-            pool_tp = pool.get("tensor_parallel", tp)
-            devices += pool["count"] * (pool_tp if isinstance(pool_tp, int) else 1)
-        return devices
+        sc, _, _ = load_scenario(self.base, config)
+        return unit_devices(sc)
 
     def probe(self, config: dict[str, Any], rate: float) -> Probe:
         from specsim.simulator.cluster.engine import run_scenario
