@@ -37,6 +37,12 @@ MAX_ARRIVAL_S = 1e8
 BUDGET_SHARE = 0.8  # of the memory available now
 FALLBACK_BYTES = 8 * 1024**3  # when nothing can be read
 ENV = "SPECSIM_MEMORY_LIMIT_GB"
+#: workers one run may simulate, whatever the memory budget: 1,000,000 workers fit a large
+#: machine's memory yet take minutes to build and step. Assumed: 100,000, about the largest
+#: single GPU clusters announced (xAI's Colossus: 100,000 H100s, 2024); a real inference
+#: fleet is served as many far smaller deployments, each a scenario of its own
+MAX_WORKERS = 100_000
+WORKERS_ENV = "SPECSIM_MAX_WORKERS"
 
 
 def _meminfo_available() -> int | None:
@@ -140,7 +146,8 @@ def worker_bytes(*, prefix_cache: bool = False, tiers: int = 0) -> int:
 def check_workers(n_workers: int, key: str = "hardware.count", *,
                   devices: int | None = None, prefix_cache: bool = False,
                   tiers: int = 0) -> None:
-    """Raise ScenarioError naming ``key`` when ``n_workers`` workers would not fit in memory.
+    """Raise ScenarioError naming ``key`` when ``n_workers`` workers would not fit in memory,
+    or are more than ``max_workers()`` (a run that fits can still take minutes to build).
 
     Call it before building the workers; ``devices`` (the fleet size) only words the message;
     ``prefix_cache`` and ``tiers`` (KV tiers below HBM) add to each worker's state.
@@ -148,15 +155,37 @@ def check_workers(n_workers: int, key: str = "hardware.count", *,
     per = worker_bytes(prefix_cache=prefix_cache, tiers=tiers)
     need = int(n_workers) * per
     budget, where = memory_budget()
-    if need <= budget:
-        return
     fleet = f"{int(devices):,} devices -> " if devices is not None else ""
-    counted = f"~{WORKER_BYTES // 1024} KB each" + (
-        f" + ~{PREFIX_CACHE_BYTES // 1024} KB of prefix cache" if prefix_cache else "") + (
-        f" + ~{TIER_BYTES // 1024} KB per KV tier x {int(tiers)}" if tiers else "")
-    raise ScenarioError(f"{key}: {fleet}{int(n_workers):,} workers need ~{gb(need)} of memory "
-                        f"({counted}), more than the {gb(budget)} {where}; use fewer "
-                        f"devices or a larger tensor_parallel{hint(where)}")
+    if need > budget:
+        counted = f"~{WORKER_BYTES // 1024} KB each" + (
+            f" + ~{PREFIX_CACHE_BYTES // 1024} KB of prefix cache" if prefix_cache else "") + (
+            f" + ~{TIER_BYTES // 1024} KB per KV tier x {int(tiers)}" if tiers else "")
+        raise ScenarioError(f"{key}: {fleet}{int(n_workers):,} workers need ~{gb(need)} of "
+                            f"memory ({counted}), more than the {gb(budget)} {where}; use "
+                            f"fewer devices or a larger tensor_parallel{hint(where)}")
+    most = max_workers()
+    if n_workers > most:
+        set_by = f"set by {WORKERS_ENV}" if most != MAX_WORKERS else "the default, assumed"
+        raise ScenarioError(f"{key}: {fleet}{int(n_workers):,} workers, more than the "
+                            f"{most:,} one run simulates ({set_by}); use fewer devices or a "
+                            f"larger tensor_parallel, or set {WORKERS_ENV} higher if it is "
+                            "meant")
+
+
+def max_workers() -> int:
+    """Workers a run may hold: ``SPECSIM_MAX_WORKERS`` when set (a positive integer), else
+    ``MAX_WORKERS``."""
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    if not raw:
+        return MAX_WORKERS
+    try:
+        value = float(raw.replace("_", ""))
+    except ValueError:
+        value = float("nan")
+    if not (value >= 1 and value < 2**63 and value == int(value)):
+        raise ScenarioError(f"{WORKERS_ENV}: expected a positive whole number of workers, got "
+                            f"{raw!r}")
+    return int(value)
 
 
 # ---------------------------------------------------------------------------- shapes

@@ -287,3 +287,28 @@ def test_report_on_an_emptied_metrics_json_leaves_the_report(tmp_path, emptied):
     assert "metrics.json" in line
     assert (out / "report.md").read_bytes() == before
     assert json.loads((out / "metrics.json").read_text()) == json.loads(emptied)
+
+
+# ---------------------------------------------------------------------------- workers
+def test_a_million_workers_is_refused_by_the_count_even_when_memory_fits(monkeypatch):
+    monkeypatch.setenv(limits.ENV, "1000")  # 1 TB: the memory estimate lets it through
+    monkeypatch.delenv(limits.WORKERS_ENV, raising=False)
+    limits.check_workers(limits.MAX_WORKERS)  # at the cap: allowed
+    with pytest.raises(ScenarioError, match=r"^hardware.count: 1,000,000 devices -> 1,000,000 "
+                                            r"workers, more than the 100,000 one run simulates "
+                                            r"\(the default, assumed\).*set "
+                                            r"SPECSIM_MAX_WORKERS higher"):
+        limits.check_workers(1_000_000, devices=1_000_000)
+    monkeypatch.setenv(limits.WORKERS_ENV, "2_000_000")
+    limits.check_workers(1_000_000)
+    monkeypatch.setenv(limits.WORKERS_ENV, "-1")
+    with pytest.raises(ScenarioError, match="SPECSIM_MAX_WORKERS: expected a positive whole"):
+        limits.check_workers(1)
+
+
+def test_a_worker_count_past_the_cap_is_one_line_before_building_anything():
+    # 200,000 workers: ~2 GB, inside the 4 GB budget, so the count is what refuses it
+    rc, err = _specsim_capped("validate", str(CHAT), "--set", "hardware.count=200000",
+                              "--set", "hardware.tensor_parallel=1")
+    line = _one_error(rc, err)
+    assert "hardware.count" in line and "SPECSIM_MAX_WORKERS" in line
