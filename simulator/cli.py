@@ -16,9 +16,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _err_console():
+    """Notes and 'wrote ...' lines on stderr, never wrapped (a path cut across lines cannot
+    be copied, and a test looking for a phrase must not depend on the path's length)."""
     from rich.console import Console
 
-    return Console(stderr=True)
+    return Console(stderr=True, soft_wrap=True)
 
 
 def _fmt(x, scale: float = 1.0, digits: int = 2) -> str:

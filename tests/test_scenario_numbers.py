@@ -32,8 +32,10 @@ def _one_error(capsys) -> str:
     return lines[0]
 
 
-FLOAT_KEYS = schema.number_keys("float")
-INT_KEYS = schema.number_keys("int")
+# the keys of specsim's own policies and drafters (other test files register plug-ins named
+# test_*, whose keys belong to them and are tested there)
+FLOAT_KEYS = [k for k in schema.number_keys("float") if ".test_" not in k]
+INT_KEYS = [k for k in schema.number_keys("int") if ".test_" not in k]
 
 
 # ---------------------------------------------------------------- 1. unreadable files

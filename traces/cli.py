@@ -184,7 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     from specsim.errors import ScenarioError
     from specsim.traces.errors import TraceError
 
-    parser = argparse.ArgumentParser(prog="specsim")
+    from specsim.flags import OneLineParser  # a bad flag is one line, exit 2, as in specsim
+
+    parser = OneLineParser(prog="specsim")
     add_trace_commands(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     try:
