@@ -254,6 +254,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     import json
 
+    from specsim.simulator.cluster import build  # noqa: F401  (registers the built-in policies)
     from specsim.simulator.scenario.schema import json_schema
 
     if getattr(args, "catalog", False):
