@@ -74,7 +74,11 @@ INFLATE_RATIO = Cap("SPECSIM_MAX_INFLATE_RATIO", 100, "x",
 LINE_BYTES = Cap("SPECSIM_MAX_LINE_BYTES", 4 * 1024**2, "bytes",
                  "length of one line of a CSV or JSON-lines file")
 COLUMNS = Cap("SPECSIM_MAX_COLUMNS", 1000, "columns", "columns in a CSV header")
-CAPS = (YAML_BYTES, YAML_ALIAS_NODES, DATA_BYTES, INFLATE_RATIO, LINE_BYTES, COLUMNS)
+JSON_BYTES = Cap("SPECSIM_MAX_JSON_BYTES", 16 * 1024**2, "bytes",
+                 "size of a JSON file specsim reads back from an output folder (a run's "
+                 "metrics.json and scenario.json, a sweep's sweep.json); a run's are KiBs")
+CAPS = (YAML_BYTES, YAML_ALIAS_NODES, DATA_BYTES, INFLATE_RATIO, LINE_BYTES, COLUMNS,
+        JSON_BYTES)
 
 #: inflated bytes before the ratio is judged (a file's first block can compress very well)
 RATIO_GRACE = 1024**2
@@ -343,6 +347,35 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def json_loads(text: str | bytes) -> Any:
     """``json.loads`` refusing an object that repeats a key (``DuplicateKeyError``)."""
     return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
+def load_json(path: str | Path, what: str) -> Any:
+    """A JSON file under ``JSON_BYTES``, parsed by ``json_loads``; a one-line InputError for
+    a file over the cap, not UTF-8, not JSON or repeating a key."""
+    text = read_text(path, what, JSON_BYTES)
+    try:
+        return json_loads(text)
+    except DuplicateKeyError as exc:
+        raise InputError(f"{path}: key {show(str(exc))} appears twice in one object ({what} "
+                         "was expected)") from None
+    except ValueError as exc:
+        raise InputError(f"{path}: not JSON ({exc}; {what} was expected)") from None
+
+
+def read_csv(path: str | Path, what: str, **kwargs: Any) -> Any:
+    """A pandas DataFrame of the CSV ``path``, read through ``open_text`` (the size, line
+    length and gzip caps hold while pandas parses) with its header checked by
+    ``check_columns``; other pandas problems are the caller's ValueError."""
+    import pandas as pd
+
+    path = Path(path)
+    check_file(path, what, DATA_BYTES)
+    csv_header(path, str(path))
+    try:
+        with open_text(path, str(path)) as fh:
+            return pd.read_csv(fh, **kwargs)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
 
 
 def docs_table() -> str:

@@ -134,7 +134,15 @@ def read_for_report(folder: Path, columns: tuple[str, ...] = REPORT_COLUMNS,
     if pq_path.is_file():
         import pyarrow.parquet as pq
 
+        from specsim import safe_read  # a folder handed to `specsim report` may be anyone's
+
+        safe_read.check_file(pq_path, "an iteration log", safe_read.DATA_BYTES)
         pf = pq.ParquetFile(pq_path, pre_buffer=False)
+        inflated = sum(pf.metadata.row_group(i).total_byte_size
+                       for i in range(pf.metadata.num_row_groups))
+        if inflated > safe_read.limit(safe_read.DATA_BYTES):
+            raise safe_read.too_much(str(pq_path), f"row groups of {inflated:,} bytes once "
+                                     "decompressed", safe_read.DATA_BYTES)
         rows = pf.metadata.num_rows
         use = [c for c in pf.schema_arrow.names if c in columns]
         if rows <= max_rows:
@@ -143,7 +151,9 @@ def read_for_report(folder: Path, columns: tuple[str, ...] = REPORT_COLUMNS,
         chunks = (pf.read_row_group(i, columns=use, use_threads=False).to_pandas()
                   for i in range(pf.metadata.num_row_groups))
     elif csv_path.is_file():
-        with open(csv_path, "rb") as f:  # one pass counting lines: cheap next to parsing
+        from specsim import safe_read  # the pass stops at a line or size past the caps
+
+        with safe_read.open_binary(csv_path, str(csv_path)) as f:  # one counting pass
             rows = max(sum(block.count(b"\n") for block in iter(lambda: f.read(1 << 20), b""))
                        - 1, 0)
         if rows <= max_rows:

@@ -45,6 +45,9 @@ from specsim.simulator.planning.sweep_folder import (  # shared with sweep_repor
     TABLE_PARQUET,
     _atomic_write,
     _version,
+    listed_files,
+    marker_text,
+    note_files,
     summarize,
 )
 
@@ -289,10 +292,22 @@ def _watch_parent() -> None:
 
 # ---------------------------------------------------------------------------- the folder
 def _ours(name: str) -> bool:
+    return name in _OURS or name in _OUR_PNGS or _temp(name)
+
+
+def _temp(name: str) -> bool:
     from specsim.outputs import is_temp
 
-    return name in _OURS or name in _OUR_PNGS or is_temp(name) or (
-        name.startswith(".") and ".sweep-tmp-" in name)
+    return is_temp(name) or (name.startswith(".") and ".sweep-tmp-" in name)
+
+
+def _kept_files(out: Path) -> set[str]:
+    """The files a resumed sweep keeps as its own: its marker's list, or (an older marker
+    without one, already judged by names) every name a sweep writes."""
+    listed = listed_files(out)
+    if listed is not None:
+        return listed
+    return {p.name for p in out.iterdir() if _ours(p.name) and not _temp(p.name)}
 
 
 def _writable(out: Path, mode: str) -> str:
@@ -324,8 +339,11 @@ def check_out(out: Path, resume: bool, force: bool) -> str:
     if not entries:
         return _writable(out, "empty")
     ours = (out / MARKER).is_file() and not (out / MARKER).is_symlink()
+    listed = listed_files(out) if ours else None  # None: an older marker, judged by names
     foreign = next((p.name for p in entries
-                    if not _ours(p.name) or p.is_symlink() or p.is_dir()), None)
+                    if not _ours(p.name) or p.is_symlink() or p.is_dir()
+                    or (listed is not None and p.name not in listed and not _temp(p.name))),
+                   None)
     if not ours:
         raise ScenarioError(f"{where}: holds files specsim did not write (e.g. "
                             f"{(foreign or entries[0].name)!r}); choose an empty or new folder")
@@ -382,20 +400,24 @@ def _same_grid(old: dict[str, Any], new: dict[str, Any]) -> str | None:
 
 
 def read_journal(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
-    """Finished runs by (point, seed). A torn last line (killed mid-write) is ignored."""
+    """Finished runs by (point, seed). A torn last line (killed mid-write) is ignored; a
+    line or a file past safe_read's caps is one line, exit 2."""
+    from specsim import safe_read
+
     done: dict[tuple[int, int], dict[str, Any]] = {}
     try:
-        data = path.read_bytes()
+        fh = safe_read.open_binary(path, str(path))
     except FileNotFoundError:
         return done
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            done[(int(rec["point"]), int(rec["seed"]))] = rec["row"]
-        except (ValueError, KeyError, TypeError):
-            continue
+    with fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                done[(int(rec["point"]), int(rec["seed"]))] = rec["row"]
+            except (ValueError, KeyError, TypeError):
+                continue
     return done
 
 
@@ -603,8 +625,8 @@ def _open_folder(out: Path, mode: str | None, spec: dict[str, Any]) -> Journal:
                 p.unlink()
     try:
         out.mkdir(parents=True, exist_ok=True)
-        _write_text(out / MARKER, json.dumps({"written_by": "specsim sweep",
-                                              "version": _version()}) + "\n")
+        kept = _kept_files(out) if mode == "resume" else set()
+        _write_text(out / MARKER, marker_text(kept | {DEFINITION, JOURNAL}))
         _write_text(out / DEFINITION, json.dumps(spec, indent=1, default=str) + "\n")
         return Journal(out / JOURNAL)
     except OSError as exc:
@@ -643,6 +665,7 @@ def write_tables(out: Path, table, summary, keys: list[str],
     from specsim.outputs import escape_frame  # text cells that would run as formulas
 
     try:
+        note_files(out, [TABLE_CSV, TABLE_PARQUET, SUMMARY_CSV])
         _atomic_write(out / TABLE_CSV, lambda p: escape_frame(table).to_csv(p, index=False))
         _atomic_write(out / TABLE_PARQUET,
                       lambda p: _parquet_safe(table).to_parquet(p, index=False))

@@ -9,6 +9,7 @@ it, so the planning modules import one way (tests/test_architecture.py).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,56 @@ def summarize(table, keys: list[str]):
             row[f"{m}.ci95_half_width"] = half
         out.append(row)
     return pd.DataFrame(out)
+
+
+def listed_files(folder: Path) -> set[str] | None:
+    """The files the folder's marker lists as written by specsim (None: a marker without a
+    list, from a specsim before the list, or none readable: such a folder is judged by file
+    names alone). The list is what tells a user's report.md from the sweep's own."""
+    from specsim import safe_read
+
+    try:
+        info = safe_read.load_json(Path(folder) / MARKER, "a sweep's marker")
+    except ValueError:  # InputError too: a foreign or broken marker lists nothing
+        return None
+    files = info.get("files") if isinstance(info, dict) else None
+    return {str(f) for f in files} if isinstance(files, list) else None
+
+
+def marker_text(files: set[str]) -> str:
+    """The marker's content: who wrote the folder, with which version, and which files."""
+    import json
+
+    return json.dumps({"written_by": "specsim sweep", "version": _version(),
+                       "files": sorted(files | {MARKER})}) + "\n"
+
+
+def note_files(folder: Path, names: list[str]) -> None:
+    """Add ``names`` to the marker's list, before they are written (a sweep killed in
+    between lists a file it did not write yet, never the other way round)."""
+    listed = listed_files(folder) or set()
+    if set(names) <= listed:
+        return
+    _atomic_write(Path(folder) / MARKER,
+                  lambda p: p.write_text(marker_text(listed | set(names))))
+
+
+def foreign_report_file(folder: Path, names: set[str]) -> str | None:
+    """The first of ``names`` present in ``folder`` that its marker does not list (None when
+    all listed, or the marker has no list: an older sweep, judged by names)."""
+    listed = listed_files(folder)
+    if listed is None:
+        return None
+    return next((n for n in sorted(names)
+                 if os.path.lexists(Path(folder) / n) and n not in listed), None)
+
+
+def prune_files(folder: Path) -> None:
+    """Drop from the marker's list the names no longer in the folder (noted before a write
+    that did not happen: a plot the grid does not support)."""
+    listed = listed_files(folder)
+    if listed is None:
+        return
+    kept = {n for n in listed if os.path.lexists(Path(folder) / n)}
+    if kept != listed:
+        _atomic_write(Path(folder) / MARKER, lambda p: p.write_text(marker_text(kept)))

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specsim import safe_read
 from specsim.errors import ScenarioError
 from specsim.outputs import md_text, unescape_frame
 
@@ -32,16 +33,16 @@ def _cell(v: Any) -> str:
 
 def load(folder: Path) -> tuple[dict[str, Any], Any]:
     """(sweep.json, the table read back from sweep.csv); one-line errors."""
-    import pandas as pd
-
     from specsim.simulator.planning.sweep_folder import DEFINITION, TABLE_CSV
 
     if not (folder / TABLE_CSV).is_file():
         raise ScenarioError(f"{folder}: an unfinished specsim sweep (no {TABLE_CSV} yet); "
                             f"finish it with `specsim sweep ... --resume --out {folder}`")
-    try:
-        spec = json.loads((folder / DEFINITION).read_text())
-        table = unescape_frame(pd.read_csv(folder / TABLE_CSV))  # its text cells as run
+    try:  # any folder may be handed to `specsim report`: read under safe_read's caps
+        spec = safe_read.load_json(folder / DEFINITION, "a sweep's definition")
+        table = unescape_frame(safe_read.read_csv(folder / TABLE_CSV, "a sweep's table"))
+    except safe_read.InputError:
+        raise
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{folder}: not a readable specsim sweep ({exc})") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("grid"), dict):
@@ -163,12 +164,26 @@ def render(folder: Path, plots: bool = True) -> tuple[list[str], list[str]]:
     """(Re)write the plots (when ``plots``), report.md and report.html of the sweep in
     ``folder`` from its sweep.json and sweep.csv; returns (files written, "plot: why
     skipped" lines). Each file is replaced atomically."""
-    from specsim.simulator.planning.sweep_folder import _OUR_PNGS, _atomic_write, summarize
+    from specsim.simulator.planning.sweep_folder import (
+        _OUR_PNGS,
+        MARKER,
+        _atomic_write,
+        foreign_report_file,
+        note_files,
+        prune_files,
+        summarize,
+    )
     from specsim.simulator.planning.sweep_plots import PLOTS, write_plots
     from specsim.simulator.report.html import markdown_to_html
 
     folder = Path(folder)
     spec, table = load(folder)
+    ours = {"report.md", "report.html", *_OUR_PNGS}
+    foreign = foreign_report_file(folder, ours)
+    if foreign is not None:
+        raise ScenarioError(f"{folder}: {foreign} was not written by specsim (its {MARKER} "
+                            "does not list it); not replacing it")
+    note_files(folder, sorted(ours))  # listed before written: a kill never orphans ours
     keys = list(spec["grid"])
     summary = summarize(table, keys)
     written: list[str] = []
@@ -191,4 +206,5 @@ def render(folder: Path, plots: bool = True) -> tuple[list[str], list[str]]:
     _atomic_write(folder / "report.md", lambda p: p.write_text(text))
     page = markdown_to_html(text, folder, f"specsim sweep: {name}")
     _atomic_write(folder / "report.html", lambda p: p.write_text(page))
+    prune_files(folder)
     return [*written, "report.md", "report.html"], skipped

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from specsim import safe_read
 from specsim.errors import ScenarioError
 from specsim.outputs import atomic_write, clean_stale, temp_name, unescape_frame
 from specsim.simulator.cluster.engine import Result
@@ -33,13 +34,16 @@ REPORT_FILES = ("report.md", "report.html", *(name for name, *_ in PLOTS))
 
 
 def _read(folder: Path) -> Result:
-    try:
-        metrics = json.loads((folder / "metrics.json").read_text())
-        scenario = (json.loads((folder / "scenario.json").read_text())
+    try:  # any folder may be handed over: every file read under safe_read's caps
+        metrics = safe_read.load_json(folder / "metrics.json", "a run's metrics")
+        scenario = (safe_read.load_json(folder / "scenario.json", "a run's scenario")
                     if (folder / "scenario.json").is_file() else {})
-        req = unescape_frame(pd.read_csv(folder / "requests.csv"))  # class names as run
+        req = unescape_frame(safe_read.read_csv(folder / "requests.csv",
+                                                "a run's requests table"))  # names as run
         it = read_for_report(folder)  # the plotted columns; sampled when huge
         it = it if it is not None else pd.DataFrame()
+    except safe_read.InputError:
+        raise
     except (OSError, ValueError) as exc:
         raise ScenarioError(f"{folder}: not a readable specsim run output ({exc})") from None
     if not isinstance(metrics, dict):
@@ -84,18 +88,15 @@ def detect(folder: str | Path) -> str:
         raise ScenarioError(f"{folder}: not a specsim run output or sweep (no {MARKER} with "
                             f"metrics.json, nor {SWEEP_MARKER} with sweep.json); give the "
                             "--out folder of `specsim run` or `specsim sweep`")
-    try:
-        metrics = json.loads((folder / "metrics.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ScenarioError(f"{folder}: not a readable specsim run output ({exc})") from None
+    metrics = safe_read.load_json(folder / "metrics.json", "a run's metrics")
     return BASELINE if isinstance(metrics, dict) and metrics.get("baseline") else RUN
 
 
 def _refuse_foreign(folder: Path) -> None:
     """A report file the marker does not list was not written by specsim: not replaced."""
     try:
-        listed = set(json.loads((folder / MARKER).read_text()).get("files", []))
-    except (OSError, ValueError, AttributeError):
+        listed = set(safe_read.load_json(folder / MARKER, "a run's marker").get("files", []))
+    except (ValueError, AttributeError, TypeError):  # InputError is a ValueError
         listed = set()
     for name in REPORT_FILES:
         if os.path.lexists(folder / name) and name not in listed:
@@ -132,10 +133,10 @@ def rerender(folder: str | Path) -> list[str]:
             os.replace(tmp / name, folder / name)
         marker = folder / MARKER
         try:
-            info = json.loads(marker.read_text())
+            info = safe_read.load_json(marker, "a run's marker")
             info["files"] = sorted(set(info.get("files", [])) - set(REPORT_FILES)
                                    | set(written))
-        except (OSError, ValueError):
+        except (OSError, ValueError, TypeError):
             info = None
         if isinstance(info, dict):
             atomic_write(marker, json.dumps(info, indent=1) + "\n")
