@@ -12,7 +12,7 @@ from specsim.cost_models.errors import CatalogError
 from specsim.simulator.cli import main
 from specsim.simulator.cluster.engine import run_scenario
 from specsim.simulator.scenario import config as cfg
-from specsim.simulator.scenario.schema import ENGINE_KEYS
+from specsim.simulator.scenario.schema import ENGINE_KEYS, ENGINE_OWN
 from tests.conftest import REPO
 
 CHAT = REPO / "scenarios" / "chat_nospec.yaml"
@@ -65,7 +65,7 @@ def test_engine_flags_resolve_onto_the_scenario_keys():
     assert sc.engine.kind == "vllm"
     # the dump validates again (both ways given, with equal values)
     assert cfg.validate(sc.dump()).scheduler == sc.scheduler
-    assert set(ENGINE_KEYS) == set(type(sc.engine).model_fields) - {"kind"}
+    assert set(ENGINE_KEYS) == set(type(sc.engine).model_fields) - set(ENGINE_OWN)
 
 
 @pytest.mark.parametrize("flag,key,a,b", [
@@ -143,7 +143,7 @@ def test_schema_lists_the_engine_keys(capsys):
     doc = json.loads(capsys.readouterr().out)
     defs = doc["$defs"]
     engine = defs["Engine"]["properties"]
-    assert set(engine) == {"kind", *ENGINE_KEYS}
+    assert set(engine) == {*ENGINE_OWN, *ENGINE_KEYS}
     assert engine["kind"]["enum"] == ["vllm"]
     assert "kv_blocks" in defs["Scheduler"]["properties"]
     assert "engine" in doc["properties"]

@@ -280,3 +280,25 @@ def operator_tables_values(doc: dict) -> dict:
     """A profile's operator-table values, the base the engine stack is refitted on (kept
     under ``operator_tables_fitted`` once the stack was added)."""
     return dict(doc.get("operator_tables_fitted") or doc["fitted"])
+
+
+RHYTHM_BOUNDS = (0.0, 16.0)  # engine.output_lag_steps' range in the scenario schema
+
+
+def fit_output_lag(ttft_s: Sequence[float], tpot_s: Sequence[float],
+                   measured_ttft_s: Sequence[float],
+                   train: Sequence[bool] | None = None) -> float:
+    """``engine.output_lag_steps`` from replays made without it: per stage (or request) the
+    replay's TTFT and TPOT at lag 0 and the measured TTFT. The lag adds L x TPOT to every
+    TTFT (``metrics.collector.deliver``), so the least squares of the relative error
+    ``(ttft + L tpot) / measured - 1`` over the training rows has a closed form; clipped to
+    the schema's range. Rows not finite are skipped."""
+    t, p, m = (np.asarray(x, float) for x in (ttft_s, tpot_s, measured_ttft_s))
+    keep = np.isfinite(t) & np.isfinite(p) & np.isfinite(m) & (m > 0)
+    if train is not None:
+        keep &= np.asarray(train, bool)
+    if not keep.any():
+        raise ValueError("no finite stage to fit the output lag to")
+    a, b = p[keep] / m[keep], 1.0 - t[keep] / m[keep]
+    lag = float(a @ b / (a @ a)) if a @ a > 0 else 0.0
+    return float(np.clip(lag, *RHYTHM_BOUNDS))

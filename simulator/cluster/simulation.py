@@ -27,7 +27,7 @@ from specsim.simulator.cluster.worker import Worker
 from specsim.simulator.execution.kernel import SPEC_ITER_COLUMNS
 from specsim.simulator.execution.plugins import note_plugins
 from specsim.simulator.kv import prefix_cache as pc
-from specsim.simulator.metrics.collector import Metrics
+from specsim.simulator.metrics.collector import Metrics, deliver
 from specsim.simulator.routing.routers import RequestFeatures, make_router
 from specsim.simulator.scenario.schema import Scenario
 
@@ -278,6 +278,9 @@ class Simulation:
         if end is not None:
             for w in self.workers:  # iterations that ended before the stop count
                 w.sync(end, strict=True)
+        eng, t = self.sc.engine, self.table  # the output path's rhythm (collector.deliver)
+        t.first_token, t.finish = deliver(t.first_token, t.finish, t.generated,
+                                          eng.output_lag_steps, eng.output_delay_s)
 
     def arrived(self) -> np.ndarray:
         """The requests that arrived in the run (one rule for the summary and the checks):

@@ -205,6 +205,27 @@ def tpot(first_token: np.ndarray, finish: np.ndarray, generated: np.ndarray) -> 
                         np.nan)
 
 
+def deliver(first_token: np.ndarray, finish: np.ndarray, generated: np.ndarray,
+            lag_steps: float, delay_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """When the client sees each request's first and last token: ``lag_steps`` engine steps
+    plus ``delay_s`` after the step that made it (``engine.output_lag_steps`` and
+    ``engine.output_delay_s``: vLLM v1 hands a step's tokens to a separate output process
+    that detokenises and streams them while the next steps run).
+
+    A step is priced at the request's own mean decode step (its TPOT), so every token moves
+    by the same amount and TPOT is unchanged; a request with no TPOT (one token, or still
+    decoding) takes the mean over those that have one. Both zero returns the arrays
+    themselves, bit for bit.
+    """
+    if lag_steps == 0.0 and delay_s == 0.0:
+        return first_token, finish
+    step = tpot(first_token, finish, generated)
+    known = np.isfinite(step)
+    step = np.where(known, step, float(step[known].mean()) if known.any() else 0.0)
+    shift = lag_steps * step + delay_s
+    return first_token + shift, finish + shift
+
+
 def slo_attainment(done: np.ndarray, ttft: np.ndarray, tpot_s: np.ndarray,
                    slo_ttft: float | None, slo_tpot: float | None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

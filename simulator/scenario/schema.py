@@ -418,7 +418,8 @@ class Scheduler(Section):
 
 class Engine(Section):
     """The serving engine's own flag names (vLLM's), mapped onto the keys above: giving a
-    setting both ways with different values is an error (see ``ENGINE_KEYS``)."""
+    setting both ways with different values is an error (see ``ENGINE_KEYS``); and its output
+    rhythm (``output_lag_steps``, ``output_delay_s``: no flag, ``metrics.collector.deliver``)."""
 
     kind: Choice("vllm") = Field("vllm", description="whose flag names these are")
     max_num_seqs: OptInt(1) = Field(None, description="vLLM --max-num-seqs = scheduler.max_batch")
@@ -436,8 +437,17 @@ class Engine(Section):
         None, description="vLLM --enable-prefix-caching = kv_cache.prefix_cache (vLLM v1 "
                           "turns it on by default; specsim's default stays off, so give it "
                           "to match an engine that caches)")
+    output_lag_steps: Float(0.0, 16.0) = Field(
+        0.0, description="engine steps between the step that makes a token and the client "
+                         "seeing it (output processing overlapped with the next steps); "
+                         "moves TTFT and E2E, not TPOT (0: not modelled)")
+    output_delay_s: Float(0.0, 10.0) = Field(
+        0.0, description="fixed seconds added to every token the client sees (detokenise "
+                         "and stream; 0: not modelled)")
 
 
+#: the engine's own settings, which set no other key
+ENGINE_OWN = ("kind", "output_lag_steps", "output_delay_s")
 #: engine key -> the scenario key it sets (section, key)
 ENGINE_KEYS: dict[str, tuple[str, str]] = {
     "max_num_seqs": ("scheduler", "max_batch"),
