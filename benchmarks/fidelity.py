@@ -17,9 +17,12 @@ E2E mean, TPOT mean, TTFT mean and E2E p99 under each fit; then the mean APE per
 over all stages (the targets' definition) and over the stages not overloaded, for all and
 for the consistent requests, each target met or not; the engine rhythm (TTFT in decode
 steps, measured vs predicted); which stack parameters the stage data identify (the fit's
-Jacobian at its optimum, and how far each moves across the held-out fits); then the
-operator-table hold-outs (Vidur's kernel tables, refitted now with whole models, TP 8 and
-long contexts left out).
+Jacobian at its optimum, and how far each moves across the held-out fits); the output lag
+(``engine.output_lag_steps``, shipped at 0) fitted per fit from these replays without the
+held-out group, every run replayed again with it, and the mean APE before / after (the lag
+becomes a default only where the held-out errors improve); then the operator-table
+hold-outs (Vidur's kernel tables, refitted now with whole models, TP 8 and long contexts
+left out).
 
 Measured TPOT is the ground truth's (e2e_s - ttft_s) / (output_tokens - 1) per request
 (inference-perf's TPOT in measured.csv counts two stream events per token: about half).
@@ -201,12 +204,16 @@ def stack_fits(files: list[Path], workdir: Path, console) -> tuple[dict, dict[st
         plan[("LOMO", r.name)] = (f, scen.get(("LOMO", str(r.model)), scen[("full", "all")]))
         plan[("LOWO", r.name)] = (f, scen.get(("LOWO", workload_of(r.name)),
                                               scen[("full", "all")]))
+    group = {(fit, r.name): ("all" if fit == "full" else str(r.model) if fit == "LOMO"
+                             else workload_of(r.name))
+             for f, r in zip(files, runs, strict=True) for fit in FITS}
     measured = np.array([s.step_s for s in samples])
     stage_err = {"operator tables only": np.array([stage_step_s(s, base) for s in samples]),
                  "full": pred,
                  **{k: leave_one_group_out(samples, base, g, params=STACK_PARAMS)
                     for k, g in by.items()}}
     evidence = {"params": STACK_PARAMS, "cals": cals, "doc": doc, "n": len(samples),
+                "group": group,
                 "ids": identifiability(samples, base, full, STACK_PARAMS),
                 "stage_ape": {k: np.abs(v / measured - 1.0) * 100.0
                               for k, v in stage_err.items()}}
@@ -263,6 +270,96 @@ def print_identified(console, ev: dict) -> None:
     console.print(f"per-stage step time (ms per output token, the fit's own equations): {line}")
 
 
+def replay_all(plan: dict, limit: int | None, jobs: int) -> list[dict[str, Any]]:
+    """Every (fit, run) of ``plan`` replayed, in ``jobs`` processes."""
+    tasks = list(plan.items())
+    call = ([str(f) for _k, (f, _s) in tasks], [limit] * len(tasks),
+            [sc for _k, (_f, sc) in tasks], [k[0] for k, _v in tasks])
+    if jobs == 1:
+        return list(map(replay_one, *call))
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(replay_one, *call))
+
+
+def _stage_cells(results: list[dict[str, Any]], subset: str = "all"):
+    """(fit, run, TTFT (pred, meas), TPOT (pred, meas), stage) per replayed stage."""
+    for r in results:
+        for row in r["rows"]:
+            if row["subset"] == subset:
+                yield (r["fit"], r["run"], row["cells"]["TTFT mean"], row["cells"]["TPOT mean"],
+                       row["stage"])
+
+
+def rhythm_lags(results: list[dict[str, Any]], group: dict) -> dict[tuple[str, str], float]:
+    """``engine.output_lag_steps`` per (fit, held-out group), from the lag-0 replays: the
+    closed-form least squares of the relative TTFT mean error (``engine_fit.fit_output_lag``)
+    over the stages of that fit's replays outside the group (every stage for the full fit),
+    all requests, stages not overloaded (TTFT over 10x measured is queueing, not rhythm).
+    The held-out group's measured TTFT is never used for its own lag."""
+    from specsim.cost_models.calibrate.engine_fit import fit_output_lag
+
+    cells = [(fit, run, tt, tp) for fit, run, tt, tp, _st in _stage_cells(results)
+             if math.isfinite(tt[0]) and tt[0] <= OVERLOAD_X * tt[1]]
+    lags = {}
+    for fit, g in sorted({(k[0], v) for k, v in group.items()}):
+        rows = [c for c in cells if c[0] == fit and (fit == "full" or group[(fit, c[1])] != g)]
+        if not rows:
+            lags[(fit, g)] = 0.0
+            continue
+        lags[(fit, g)] = fit_output_lag([c[2][0] for c in rows], [c[3][0] for c in rows],
+                                        [c[2][1] for c in rows])
+    return lags
+
+
+def with_lag(scenario: str, lag: float) -> str:
+    """A copy of a base scenario file with ``engine.output_lag_steps`` set (beside it)."""
+    src = Path(scenario)
+    data = yaml.safe_load(src.read_text()) or {}
+    data.setdefault("engine", {})["output_lag_steps"] = float(lag)
+    out = src.with_name(f"{src.stem}-lag{lag:.6f}.yaml")
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(out)
+
+
+def print_rhythm_fit(console, before: list[dict[str, Any]], after: list[dict[str, Any]],
+                     ev: dict) -> None:
+    """The fitted lags and the mean APE per metric with the lag at 0 (as shipped) and at
+    its fit (each held-out fit's lag fitted without its group)."""
+    from rich.table import Table
+
+    lags = ev["lags"]
+    console.print("engine.output_lag_steps fitted per fit (closed-form least squares of the "
+                  "relative TTFT mean error on the lag-0 replays, stages not overloaded, "
+                  "held-out group excluded): "
+                  + "; ".join(f"{f} {g}: {v:.3f}" for (f, g), v in sorted(lags.items())))
+    tab = Table(title="before / after the output lag: mean APE per metric over the stages "
+                "(all stages | not overloaded in the lag-0 replay)")
+    for col in ("fit", "subset", *[lab for *_x, lab in METRICS]):
+        tab.add_column(col, justify="left" if col in ("fit", "subset") else "right")
+    over = {(fit, run, st) for fit, run, tt, _tp, st in _stage_cells(before)
+            if math.isfinite(tt[0]) and tt[0] > OVERLOAD_X * tt[1]}
+    for fit in FITS:
+        for subset in ("all", "consistent"):
+            cells = []
+            for *_x, label in METRICS:
+                out = []
+                for res in (before, after):
+                    every, kept = [], []
+                    for r in res:
+                        if r["fit"] != fit:
+                            continue
+                        for row in r["rows"]:
+                            if row["subset"] == subset:
+                                a = _ape(*row["cells"][label])
+                                every.append(a)
+                                if (fit, r["run"], row["stage"]) not in over:
+                                    kept.append(a)
+                    out.append(f"{_pct(_mean(every))} | {_pct(_mean(kept))}")
+                cells.append(" -> ".join(out))
+            tab.add_row(FIT_LABEL[fit], subset, *cells)
+    console.print(tab)
+
+
 def _mean(v: list[float]) -> float:
     v = [x for x in v if math.isfinite(x)]
     return sum(v) / len(v) if v else math.nan
@@ -284,6 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", type=Path, default=OPS,
                     help=f"operator tables folder for the hold-outs (default {OPS})")
     ap.add_argument("--no-ops", action="store_true", help="skip the operator-table hold-outs")
+    ap.add_argument("--no-rhythm", action="store_true", help="skip the output-lag fit "
+                    "(engine.output_lag_steps fitted per fit and every run replayed again "
+                    "with it; the main tables are the lag at 0 either way)")
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"fidelity: {args.data} is absent (a fresh clone has no ../shared/data); nothing "
@@ -310,17 +410,18 @@ def main(argv: list[str] | None = None) -> int:
             plan, evidence = stack_fits(every, Path(tmp), console)
             names = {p.name for p in files}
             plan = {k: v for k, v in plan.items() if v[0].name in names}
-        tasks = list(plan.items())
-        jobs = max(1, min(args.jobs, len(tasks)))
-        call = ([str(f) for _k, (f, _s) in tasks], [args.limit] * len(tasks),
-                [sc for _k, (_f, sc) in tasks], [k[0] for k, _v in tasks])
-        if jobs == 1:
-            results = list(map(replay_one, *call))
-        else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                results = list(pool.map(replay_one, *call))
+        jobs = max(1, min(args.jobs, len(plan)))
+        results = replay_all(plan, args.limit, jobs)  # as shipped: engine.output_lag_steps 0
+        lagged = None
+        if evidence is not None and not args.no_rhythm:  # the lag fitted, then replayed
+            lags = rhythm_lags(results, evidence["group"])
+            evidence["lags"] = lags
+            lagged = replay_all({k: (f, with_lag(sc, lags[(k[0], evidence["group"][k])]))
+                                 for k, (f, sc) in plan.items()}, args.limit, jobs)
     wall = time.perf_counter() - t0
     report(console, results, fits, evidence, args)
+    if lagged is not None:
+        print_rhythm_fit(console, results, lagged, evidence)
     if not args.no_ops:
         operator_holdouts(console, args.ops)
     per = ", ".join(f"{_short(r['run'])} {r['fit']} {r['wall_s']:.1f} s" for r in results)
