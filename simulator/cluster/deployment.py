@@ -170,7 +170,7 @@ class Deployment:
                    base_dir: Path) -> tuple[Drafter, Any]:
         """The composite of the scenario's drafter and each class's own (per_class.py); its
         weights and KV per token are all the members' (every drafter is loaded)."""
-        if spec.get("tree") is not None:
+        if getattr(spec, "tree", None) is not None:  # only a tree method has the key
             raise ScenarioError("speculation.tree: not with speculation.per_class or "
                                 "switching (every class's drafter drafts a chain)")
         members = [Member("scenario", own, int(spec.k), None, spec.method)]

@@ -79,7 +79,7 @@ class OverloadWatch:
 
 def make_watch(sim, spec) -> OverloadWatch | None:
     """The watch for ``simulation.overload`` (None when off or not applicable, rule 4)."""
-    if not spec["detect"] or sim.arrivals.notify_finishes:
+    if not spec.detect or sim.arrivals.notify_finishes:
         return None
-    return OverloadWatch(sim, float(spec["window_s"]), int(spec["windows"]),
-                         float(spec["max_wait_s"]))
+    return OverloadWatch(sim, float(spec.window_s), int(spec.windows),
+                         float(spec.max_wait_s))

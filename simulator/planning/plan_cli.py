@@ -65,7 +65,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     slos = parse_slos(args.slo)  # the numeric flags were checked as they were read (flags)
     sc, _, _ = load_scenario(args.scenario)
-    wl = sc["workload"]
+    wl = sc.workload
     if not (isinstance(wl, dict) or hasattr(wl, "get")) or not wl.get("synthetic"):
         raise ScenarioError(f"{args.scenario}: workload: plan needs a synthetic workload (its "
                             f"{RATE_KEY} is what the bisection moves)")

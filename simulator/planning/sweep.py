@@ -203,7 +203,7 @@ def validate_points(scenario: Any, grid: dict[str, list[Any]],
             from specsim.simulator.cluster.engine import load_scenario
 
             sc, _, _ = load_scenario(scenario, p)
-        seeds.append(int(sc["seed"]))
+        seeds.append(int(sc.seed))
     return seeds
 
 
@@ -222,10 +222,10 @@ def check_size(scenario: Any, grid: dict[str, list[Any]], zipped: bool, seeds: i
     except USER_ERRORS as exc:
         raise ScenarioError(f"point 0 ({_describe(first)}): {exc}" if first else str(exc)
                             ) from None
-    hw, kv = sc["hardware"], sc["kv_cache"]
-    fleet = limits.worker_bytes(prefix_cache=bool(kv["prefix_cache"]),
-                                tiers=len(kv["tiers"] or ())) * (
-        hw["count"] // hw["tensor_parallel"])
+    hw, kv = sc.hardware, sc.kv_cache
+    fleet = limits.worker_bytes(prefix_cache=bool(kv.prefix_cache),
+                                tiers=len(kv.tiers or ())) * (
+        hw.count // hw.tensor_parallel)
     lengths = [len(v) for v in grid.values()]
     bounds.check(bounds.sweep_estimate(lengths, zipped, seeds, jobs, n_requests, fleet), yes)
 

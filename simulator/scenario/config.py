@@ -26,14 +26,14 @@ def validate(data: Any) -> Scenario:
 
 def check_consistency(sc: Scenario) -> None:
     """Rules that involve two keys of a validated scenario."""
-    spec, sched = sc["speculation"], sc["scheduler"]
-    k = spec["k"]
-    if spec["method"] != "none" and spec["policy"] != "off" and sched["token_budget"] < k + 1:
+    spec, sched = sc.speculation, sc.scheduler
+    k = spec.k
+    if spec.method != "none" and spec.policy != "off" and sched.token_budget < k + 1:
         # a decode step verifies k drafts plus one token: a smaller budget would silently
         # shrink every draft (speculation off in effect)
         raise ScenarioError(f"scheduler.token_budget: expected at least speculation.k + 1 = "
                             f"{k + 1} (a decode step verifies k drafted tokens plus one), got "
-                            f"{sched['token_budget']}; raise it or lower speculation.k")
+                            f"{sched.token_budget}; raise it or lower speculation.k")
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:

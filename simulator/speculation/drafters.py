@@ -120,9 +120,9 @@ def build_tree(section: Any) -> DraftTree | None:
     """The validated ``speculation.tree`` section as a DraftTree (None: a chain)."""
     if section is None:
         return None
-    if section["widths"] is not None:
-        return tree_from_widths(section["widths"])
-    return tree_from_sglang(section["topk"], section["num_steps"], section["num_draft_tokens"])
+    if section.widths is not None:
+        return tree_from_widths(section.widths)
+    return tree_from_sglang(section.topk, section.num_steps, section.num_draft_tokens)
 
 
 class Drafter:
@@ -436,16 +436,16 @@ class DrafterModel:
 def build_drafter(ctx: DraftContext) -> tuple[Drafter, DrafterModel | None]:
     """The scenario's drafter (``speculation.method``), with every cross-field rule checked."""
     spec, where = ctx.spec, "speculation"
-    method = spec["method"]
+    method = spec.method
     factory = DRAFTERS.get(method)
     if method == "none":
         return factory(ctx), None
-    get_precision(spec["drafter_quantization"].model_dump(), f"{where}.drafter_quantization")
-    dc = spec["draft_cost"]
-    if dc["ratio"] is not None and dc["seconds_per_token"] is not None:
+    get_precision(spec.drafter_quantization.model_dump(), f"{where}.drafter_quantization")
+    dc = spec.draft_cost
+    if dc.ratio is not None and dc.seconds_per_token is not None:
         raise ScenarioError(f"{where}.draft_cost: expected ratio or seconds_per_token, not both")
     drafter, model = factory(ctx)
-    tree = build_tree(spec.get("tree"))
+    tree = build_tree(getattr(spec, "tree", None))  # only a tree method has the key
     if tree is not None:
         drafter.tree = tree  # verify width, draft passes and acceptance follow the tree
     return drafter, model
@@ -510,36 +510,35 @@ def _no_drafter(ctx: DraftContext) -> Drafter:
 @DRAFTERS.register("ngram", params=NgramKeys, vllm=("ngram", "[ngram]", "ngram_gpu"),
                    sglang=("NGRAM",))
 def _ngram(ctx: DraftContext):
-    if ctx.spec["drafter"] is not None:
+    if ctx.spec.drafter is not None:
         raise ScenarioError("speculation.drafter: ngram lookup takes no drafter model")
-    ng = ctx.spec["ngram"]
-    return LookupDrafter(ng["cpu_s_per_step"], ng["match_rate"]), None
+    ng = ctx.spec.ngram
+    return LookupDrafter(ng.cpu_s_per_step, ng.match_rate), None
 
 
 @DRAFTERS.register("suffix", params=SuffixKeys, vllm=("suffix",), doc=(
     "``method: suffix``: suffix decoding (a CPU lookup whose match chance grows with\n"
     "repetition within the request and its session; see ``Suffix``)."))
 def _suffix(ctx: DraftContext):
-    if ctx.spec["drafter"] is not None:
+    if ctx.spec.drafter is not None:
         raise ScenarioError("speculation.drafter: suffix decoding takes no drafter model")
-    sx = ctx.spec["suffix"]
-    return SuffixDrafter(sx["cpu_s_per_step"], sx["match_rate_start"], sx["match_rate_max"],
-                         sx["growth_tokens"], sx["session_carry"]), None
+    sx = ctx.spec.suffix
+    return SuffixDrafter(sx.cpu_s_per_step, sx.match_rate_start, sx.match_rate_max,
+                         sx.growth_tokens, sx.session_carry), None
 
 
 def _what_if(ctx: DraftContext) -> Drafter | None:
     """The ``draft_cost`` what-if drafter, if the scenario gives one."""
-    spec, method = ctx.spec, ctx.spec["method"]
-    dc = spec["draft_cost"]
-    if dc["ratio"] is not None:
-        return RatioDrafter(method, ctx.target, dc["ratio"])
-    if dc["seconds_per_token"] is not None:
-        return FixedTimeDrafter(method, dc["seconds_per_token"])
+    method, dc = ctx.spec.method, ctx.spec.draft_cost
+    if dc.ratio is not None:
+        return RatioDrafter(method, ctx.target, dc.ratio)
+    if dc.seconds_per_token is not None:
+        return FixedTimeDrafter(method, dc.seconds_per_token)
     return None
 
 
 def _drafter_precision(ctx: DraftContext):
-    return get_precision(ctx.spec["drafter_quantization"].model_dump(),
+    return get_precision(ctx.spec.drafter_quantization.model_dump(),
                          "speculation.drafter_quantization")
 
 
@@ -552,19 +551,19 @@ def _model_drafter(ctx: DraftContext, drafter_model, parallel: bool):
     cm = ForwardCostModel(drafter_model, ctx.hardware, ctx.tp, dq, ctx.calibration,
                           role="drafter")
     cls = ParallelDrafter if parallel else SequentialDrafter
-    return cls(ctx.spec["method"], cm), DrafterModel(drafter_model, dq, cm)
+    return cls(ctx.spec.method, cm), DrafterModel(drafter_model, dq, cm)
 
 
 def _separate_model(ctx: DraftContext, parallel: bool):
-    spec, method = ctx.spec, ctx.spec["method"]
-    dc = spec["draft_cost"]
-    if spec["drafter"] is None:
-        if dc["ratio"] is None and dc["seconds_per_token"] is None:
+    spec, method = ctx.spec, ctx.spec.method
+    dc = spec.draft_cost
+    if spec.drafter is None:
+        if dc.ratio is None and dc.seconds_per_token is None:
             raise ScenarioError(f"speculation.drafter: required for method {method!r} (a "
                                 "catalog model or inline mapping), or give draft_cost")
         return _model_drafter(ctx, None, parallel)
-    drafter_model = get_model(spec["drafter"], "speculation.drafter")
-    if drafter_model.tokenizer != ctx.model.tokenizer and not isinstance(spec["drafter"], dict):
+    drafter_model = get_model(spec.drafter, "speculation.drafter")
+    if drafter_model.tokenizer != ctx.model.tokenizer and not isinstance(spec.drafter, dict):
         raise ScenarioError(f"speculation.drafter: {drafter_model.name} uses tokenizer "
                             f"{drafter_model.tokenizer!r} but {ctx.model.name} uses "
                             f"{ctx.model.tokenizer!r}; a draft model must share the target's "
@@ -592,8 +591,8 @@ def _dflash(ctx: DraftContext):
 
 def _head(ctx: DraftContext):
     spec = ctx.spec
-    if spec["drafter"] is not None:
-        return _model_drafter(ctx, get_model(spec["drafter"], "speculation.drafter"), False)
+    if spec.drafter is not None:
+        return _model_drafter(ctx, get_model(spec.drafter, "speculation.drafter"), False)
     return _model_drafter(ctx, eagle_head(ctx.model), False)
 
 
@@ -609,7 +608,7 @@ def _mtp(ctx: DraftContext):
     """The target's own MTP modules, k sequential passes (with k above mtp_layers the modules
     are reused autoregressively, as vLLM does), each priced as ``mtp_module`` plus its
     projection; a ``drafter:`` given explicitly is priced as that model instead."""
-    if ctx.spec["drafter"] is not None:
+    if ctx.spec.drafter is not None:
         return _head(ctx)
     target = ctx.model
     if target.mtp_layers < 1:
@@ -633,14 +632,14 @@ def _mtp(ctx: DraftContext):
     "``method: medusa``: k Medusa heads on the target (usually with a tree)."))
 def _medusa(ctx: DraftContext):
     """Medusa heads on the target: k heads (speculation.k), one pass over the decoding rows."""
-    if ctx.spec["drafter"] is not None:
+    if ctx.spec.drafter is not None:
         raise ScenarioError("speculation.drafter: medusa heads are derived from the target "
                             "(k heads over its hidden state); remove drafter, or use "
                             "draft_cost for a measured head cost")
     what_if = _what_if(ctx)
     if what_if is not None:
         return what_if, None
-    heads = max(int(ctx.spec["k"]), 1)
+    heads = max(int(ctx.spec.k), 1)
     spec_model = medusa_heads(ctx.model, heads)
     dq = _drafter_precision(ctx)
     cm = ModuleCostModel(spec_model, ctx.hardware, ctx.tp, dq, ctx.calibration,

@@ -565,8 +565,9 @@ def _draft_cost(spec: dict[str, Any]) -> bool:
 
 
 def _config_of(spec: Any) -> tuple[str, Any] | None:
+    """The validated speculation section's engine config: (its key, its mapping), or None."""
     for section in ENGINE_SECTIONS:
-        value = spec.get(section)  # a validated Section or a mapping: both ``get``
+        value = getattr(spec, section)
         if value is not None:
             return section, value
     return None
@@ -580,7 +581,7 @@ def note(spec: Any) -> str | None:
         return None
     m = map_engine_config(found[0], found[1])
     text = json.dumps(m.config, separators=(",", ":"), sort_keys=True, default=str)
-    if spec.get("method") == "none":
+    if spec.method == "none":
         return f"speculation from {m.engine} {text} is switched off (method none)"
     parts = [f"{m.origin[k]} -> {k} {show(v, 40)}" for k, v in m.keys.items()
              if k != "policy_params"]
@@ -596,7 +597,7 @@ def check_draft_tp(spec: Any, tensor_parallel: int) -> None:
     """A vLLM ``draft_tensor_parallel_size`` other than the target's is an error: specsim
     prices a drafter at the target's tensor parallelism (``ForwardCostModel(..., ctx.tp)``)."""
     found = _config_of(spec)
-    if found is None or found[0] != VLLM_KEY or spec.get("method") in ("none", "ngram"):
+    if found is None or found[0] != VLLM_KEY or spec.method in ("none", "ngram"):
         return
     m = map_vllm(found[1])
     if m.draft_tp is not None and m.draft_tp != tensor_parallel:

@@ -219,7 +219,7 @@ class SwitchingPolicy(SpeculationPolicy):
         inst.worker = worker
         d, cfg = self.drafter, self.cfg
         names = list(self.ctx.class_names)
-        unknown = [c for c in (cfg["classes"] or []) if c not in names]
+        unknown = [c for c in (cfg.classes or []) if c not in names]
         if unknown and names:  # (a run without requests has no classes to check)
             raise ScenarioError(f"speculation.switching.classes: {unknown[0]!r} is not a "
                                 f"workload class of this run (classes: {', '.join(names)})")
@@ -229,9 +229,9 @@ class SwitchingPolicy(SpeculationPolicy):
         inst.cur = inst.own.copy()  # each class's drafter for requests admitted now
         fb = int(d.fallback)
         inst.fb = fb
-        allowed = set(cfg["classes"]) if cfg["classes"] else set(names)
+        allowed = set(cfg.classes) if cfg.classes else set(names)
         inst.eligible = np.array([n in allowed for n in names] or [False]) & (inst.own != fb)
-        w = float(cfg["prior_weight"])
+        w = float(cfg.prior_weight)
         inst.succ = d._alpha[:, :C, 0] * w  # (members, classes): decayed accepted drafts
         inst.trials = np.full(inst.succ.shape, w)  # accepted + rejected
         inst.steps = 0
@@ -252,7 +252,7 @@ class SwitchingPolicy(SpeculationPolicy):
             return
         cls = table.cls_idx[new]
         mem = self.cur[cls].copy()
-        probe_every = max(int(self.cfg["probe_every"]), 1)
+        probe_every = max(int(self.cfg.probe_every), 1)
         for i in np.flatnonzero(mem != self.own[cls]):  # admission order
             c = cls[i]
             if self.admitted[c] % probe_every == probe_every - 1:
@@ -282,7 +282,7 @@ class SwitchingPolicy(SpeculationPolicy):
         fails = (acc[drafted] < k[drafted]).astype(np.float64)
         seen = np.zeros(self.succ.shape, bool)
         seen[mem, cls] = True
-        decay = float(self.cfg["decay"])
+        decay = float(self.cfg.decay)
         self.succ[seen] *= decay  # each estimate decays with its own observations only
         self.trials[seen] *= decay
         np.add.at(self.succ, (mem, cls), ok)
@@ -293,14 +293,14 @@ class SwitchingPolicy(SpeculationPolicy):
         """Rule 4: own drafter's estimate below ``below`` -> fallback; back at ``above``."""
         cfg = self.cfg
         for c in classes:
-            if not self.eligible[c] or self.steps - self.since[c] < int(cfg["min_steps"]):
+            if not self.eligible[c] or self.steps - self.since[c] < int(cfg.min_steps):
                 continue
             own = int(self.own[c])
             a = self.estimate(own, c)
-            if self.cur[c] == own and a < cfg["below"]:
-                to, why = self.fb, f"acceptance {a:.3f} < {cfg['below']:g}"
-            elif self.cur[c] != own and a >= cfg["above"]:
-                to, why = own, f"acceptance {a:.3f} >= {cfg['above']:g} (probes)"
+            if self.cur[c] == own and a < cfg.below:
+                to, why = self.fb, f"acceptance {a:.3f} < {cfg.below:g}"
+            elif self.cur[c] != own and a >= cfg.above:
+                to, why = own, f"acceptance {a:.3f} >= {cfg.above:g} (probes)"
             else:
                 continue
             m = self.drafter.members
