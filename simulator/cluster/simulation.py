@@ -32,9 +32,9 @@ from specsim.simulator.routing.routers import RequestFeatures, make_router
 from specsim.simulator.scenario.schema import Scenario
 
 
-def workload_key(sc: Any) -> str:
+def workload_key(sc: Scenario) -> str:
     """The scenario key the request count comes from, for messages."""
-    wl = sc.get("workload")
+    wl = sc.workload
     if isinstance(wl, dict):
         for name in ("synthetic", "trace"):
             if name in wl:
