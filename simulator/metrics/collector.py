@@ -215,7 +215,8 @@ def deliver(first_token: np.ndarray, finish: np.ndarray, generated: np.ndarray,
     A step is priced at the request's own mean decode step (its TPOT), so every token moves
     by the same amount and TPOT is unchanged; a request with no TPOT (one token, or still
     decoding) takes the mean over those that have one. Both zero returns the arrays
-    themselves, bit for bit.
+    themselves, bit for bit. Applied once the run has ended, so a closed-loop client still
+    sends its next request at the unshifted finish (the lag is not fed back into arrivals).
     """
     if lag_steps == 0.0 and delay_s == 0.0:
         return first_token, finish
