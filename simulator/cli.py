@@ -82,9 +82,11 @@ def _progress_bar(total_requests: int):
 
     console = _err_console()
 
+    # off a terminal the bar is off: rich's stop would add a blank line before an error
     prog = Progress(TextColumn("simulating"), BarColumn(), TextColumn("{task.completed}/"
                     "{task.total} arrivals"), TextColumn("t={task.fields[sim_t]:.1f}s"),
-                    TimeElapsedColumn(), console=console, transient=True)
+                    TimeElapsedColumn(), console=console, transient=True,
+                    disable=not console.is_terminal)
     task = prog.add_task("run", total=total_requests, sim_t=0.0)
 
     def update(sim_t: float, arrived: int) -> None:
@@ -473,6 +475,27 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specsim: interrupted", file=sys.stderr)
         return 130
+    except SystemError as exc:  # the signal's exception raised inside numba-compiled code
+        signalled = _signal_cause(exc, (Terminated, KeyboardInterrupt))
+        if signalled is None:
+            raise
+        terminated = isinstance(signalled, Terminated)
+        print(f"specsim: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
+
+
+def _signal_cause(exc: BaseException, kinds: tuple[type[BaseException], ...]
+                  ) -> BaseException | None:
+    """The ``kinds`` exception a SystemError wraps: a compiled kernel that calls back into
+    Python when SIGTERM or Ctrl-C arrives returns "a result with an exception set", the
+    signal's exception as its cause."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kinds):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 if __name__ == "__main__":
