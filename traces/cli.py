@@ -182,9 +182,8 @@ def run_fit(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry (``python -m specsim.traces.cli``), mirroring how specsim runs these."""
     from specsim.errors import ScenarioError
-    from specsim.traces.errors import TraceError
-
     from specsim.flags import OneLineParser  # a bad flag is one line, exit 2, as in specsim
+    from specsim.traces.errors import TraceError
 
     parser = OneLineParser(prog="specsim")
     add_trace_commands(parser.add_subparsers(dest="command", required=True))
