@@ -107,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from specsim.simulator.cluster.engine import build_trace, in_file, load_scenario, run_scenario
     source = args.scenario
     sc, base, origin = load_scenario(source, args.set, args.seed)
-    show = sc["simulation"]["progress"] and not args.quiet
+    show = sc.simulation.progress and not args.quiet
     # the iteration log streams into the hidden staging folder as the run goes; it moves
     # into --out with everything else only when complete (a killed run leaves nothing there)
     staging = Staging(Path(args.out), args.force) if args.out else None
@@ -117,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             from specsim.cost_models.catalog import get_model
 
             with in_file(origin):
-                trace = build_trace(sc, base, get_model(sc["model"], "model").max_context)
+                trace = build_trace(sc, base, get_model(sc.model, "model").max_context)
             prog, update = _progress_bar(len(trace))
             with prog:
                 result = run_scenario(source, seed=args.seed, overrides=args.set, trace=trace,
@@ -147,7 +147,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"note: {note}")
     if args.out:
         how = " (replaced the previous specsim output there)" if mode == "replace" else ""
-        log = "iterations." + sc["simulation"]["iteration_log"]
+        log = "iterations." + sc.simulation.iteration_log
         console.print(f"wrote {args.out}/metrics.json, requests.csv, {log}"
                       + ("" if args.no_report else ", report.md") + how)
     return 0
@@ -161,16 +161,17 @@ def _with_baseline(result, source, args, trace):
 
     from specsim.simulator.cluster.engine import run_scenario
     from specsim.simulator.metrics.baseline import compare
+    from specsim.simulator.metrics.run_metrics import Baseline
 
     base = run_scenario(source, seed=args.seed, overrides=[*args.set, "speculation.method=none"],
                         trace=trace)
     section = compare(result.metrics, result.requests, base.metrics, base.requests)
     console = Console()
-    for cls, row in section["per_class"].items():
-        sp = row["tpot_speedup"]
+    for cls, row in Baseline.model_validate(section).per_class.items():
+        sp = row.tpot_speedup
         console.print(f"baseline (speculation off), {cls}: TPOT "
-                      + (f"{row['baseline']['tpot_s'] * 1e3:.2f} ms -> "
-                         f"{row['speculative']['tpot_s'] * 1e3:.2f} ms ({sp:.2f}x)"
+                      + (f"{row.baseline.tpot_s * 1e3:.2f} ms -> "
+                         f"{row.speculative.tpot_s * 1e3:.2f} ms ({sp:.2f}x)"
                          if sp is not None else "n/a"))
     return dataclasses.replace(result, metrics={**result.metrics, "baseline": section})
 
@@ -247,7 +248,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         trace = build_trace(sc, base, deployment.model.max_context)
         limits.check_requests(len(trace), workload_key(sc),
                               record_iterations=sc.simulation.record_iterations)
-    print(f"{origin}: ok ({len(trace)} requests, model {sc['model'] if isinstance(sc['model'], str) else 'inline'})")
+    print(f"{origin}: ok ({len(trace)} requests, model {sc.model if isinstance(sc.model, str) else 'inline'})")
     for note in deployment.notes:
         print(f"  note: {note}")
     return 0

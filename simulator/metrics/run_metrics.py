@@ -5,8 +5,10 @@ unchanged and byte for byte; readers build ``RunMetrics`` from that dict (or fro
 metrics.json read back) at their boundary and read attributes, so a misspelt metric is an
 AttributeError where it is written, not a silent ``None`` from ``.get``. Every field may be
 absent (None or empty) because a metrics.json written by an older specsim, or a run that
-stopped early, lacks some; the open-ended parts (per-class maps, the KV cache and PD
-blocks, the policy's decisions) keep what they hold as extra fields or mappings.
+stopped early, lacks some. The KV cache, PD, baseline and overload blocks are typed too
+(every key a run writes declared; tests/test_run_metrics.py fails on an undeclared one);
+what is keyed by a name the run chooses (tiers, pools, classes, tier pairs, the policy's
+decisions) is a mapping of those names to typed blocks or numbers.
 
 Adding a run metric: a line in ``summary.py`` that computes it and a field here.
 """
@@ -40,19 +42,25 @@ class Slo(_Block):
     tpot_s: float | None = None
 
 
-class Fleet(_Block):
-    """``fleet``: the devices, their price and power, the run's cost and energy."""
+class _Devices(_Block):
+    """Devices, their price and power, their cost and energy over the run: a pool's
+    (``summary.pool_metrics``) and the fleet's, the pools added (``summary.fleet_block``)."""
 
     accelerator: str | None = None
     devices: int | None = None
     workers: int | None = None
-    tensor_parallel: int | str | None = None  # "1/2" for pools that differ
     price_usd_per_device_hour: float | None = None
     price_date: str | None = None
     power_idle_w: float | None = None
     power_max_w: float | None = None
     cost_usd: float | None = None
     energy_j: float | None = None
+
+
+class Fleet(_Devices):
+    """``fleet``: the devices, their price and power, the run's cost and energy."""
+
+    tensor_parallel: int | str | None = None  # "1/2" for pools that differ
     average_power_w: float | None = None
 
 
@@ -83,12 +91,170 @@ class Speculation(_Block):
     drafter_switches: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class Overload(_Block):
+    """``overload`` (present when the overload watch stopped the run; cluster/overload.py):
+    when, the queue then and the rates that made it grow."""
+
+    detected: bool | None = None
+    at_s: float | None = None
+    queued_requests: int | None = None
+    oldest_wait_s: float | None = None
+    arrival_rate_per_s: float | None = None
+    completion_rate_per_s: float | None = None
+    rule: str | None = None
+
+
+class Tier(_Block):
+    """``kv_cache.tiers.<name>``: one tier's capacity and use (a lower tier: its link too)."""
+
+    capacity_blocks_per_worker: int | None = None
+    capacity_gb_per_worker: float | None = None  # lower tiers: as resolved, and its source
+    bandwidth_gb_s_per_worker: float | None = None
+    latency_s: float | None = None
+    source: str | None = None
+    used_blocks_at_end: int | None = None
+    cached_blocks_at_end: int | None = None
+
+
+class PreemptionsByKind(_Block):
+    recompute: int | None = None
+    swap: int | None = None
+
+
+class MeanMax(_Block):
+    mean: float | None = None
+    max: float | None = None
+
+
+class KvCache(_Block):
+    """``kv_cache`` (a run with ``kv_cache:``; kv/prefix_cache.summary): hits per tier, bytes
+    moved per tier pair, evictions, preemptions by kind, the transfer time inside TTFT."""
+
+    prefix_cache: bool | None = None
+    eviction: str | None = None
+    preemption: str | None = None
+    layerwise_loading: bool | None = None
+    page_tokens: int | None = None
+    page_bytes: int | None = None
+    tiers: dict[str, Tier] = Field(default_factory=dict)
+    lookups: int | None = None
+    lookup_tokens: int | None = None
+    hit_tokens: dict[str, int] = Field(default_factory=dict)
+    hit_blocks: dict[str, int] = Field(default_factory=dict)
+    hit_rate: dict[str, float] = Field(default_factory=dict)  # per tier and "total"
+    prefill_tokens_saved: int | None = None
+    bytes_moved: dict[str, int] = Field(default_factory=dict)  # "hbm->host_dram": bytes
+    blocks_moved: dict[str, int] = Field(default_factory=dict)
+    evicted_blocks: dict[str, int] = Field(default_factory=dict)
+    evicted_for_growth_blocks: int | None = None
+    preemptions_by_kind: PreemptionsByKind = Field(default_factory=PreemptionsByKind)
+    swap_fallbacks: int | None = None
+    swaps_dropped: int | None = None
+    transfer_s: float | None = None
+    ttft_transfer_s: MeanMax = Field(default_factory=MeanMax)
+    ttft_transfer_fraction: float | None = None
+
+
+class Pool(_Devices):
+    """``disaggregation.pools.<name>``: one pool's devices, cost, energy and load
+    (metrics/summary.pool_metrics)."""
+
+    tensor_parallel: int | None = None
+    worker_ids: list[int] = Field(default_factory=list)  # the first and the last
+    busy_fraction: float | None = None
+    kv_blocks_per_worker: int | None = None
+    kv_peak_utilization: float | None = None
+    iterations: int | None = None
+    preemptions: int | None = None
+    calibration: str | None = None
+
+
+class Link(_Block):
+    bandwidth_gb_s: float | None = None
+    latency_s: float | None = None
+    shared: bool | None = None
+    links: int | None = None
+    busy_fraction: float | None = None
+
+
+class Disaggregation(_Block):
+    """``disaggregation`` (a PD fleet; cluster/pd.KvHandoff.metrics): the pools, the KV
+    link, the transfers and their share of TTFT."""
+
+    pools: dict[str, Pool] = Field(default_factory=dict)
+    link: Link = Field(default_factory=Link)
+    decode_router: str | None = None
+    transfers: int | None = None
+    transfers_in_flight_at_end: int | None = None
+    bytes_moved: float | None = None
+    kv_bytes_per_token: float | None = None
+    transfer_s: Dist = Field(default_factory=Dist)
+    link_wait_s: Dist = Field(default_factory=Dist)
+    prefill_ttft_s: Dist = Field(default_factory=Dist)
+    transfer_share_of_ttft: float | None = None
+    completed_on_prefill_pool: int | None = None
+    prefilled_on_decode_pool: int | None = None
+
+
+class Means(_Block):
+    """One side of a class's comparison: completed requests and their mean latencies."""
+
+    requests: int | None = None
+    tpot_s: float | None = None
+    e2e_s: float | None = None
+    ttft_s: float | None = None
+
+
+class ClassComparison(_Block):
+    speculative: Means = Field(default_factory=Means)
+    baseline: Means = Field(default_factory=Means)
+    tpot_speedup: float | None = None  # baseline / speculative
+    e2e_speedup: float | None = None
+    ttft_speedup: float | None = None
+
+
+class Pair(_Block):
+    """A run-level figure with speculation and without (``ratio``: where one is given,
+    above 1 means speculation helped)."""
+
+    speculative: float | None = None
+    baseline: float | None = None
+    ratio: float | None = None
+
+
+class BaselineRun(_Block):
+    throughput_output_tokens_per_s: Pair = Field(default_factory=Pair)
+    energy_j_per_output_token: Pair = Field(default_factory=Pair)
+    cost_usd_per_million_output_tokens: Pair = Field(default_factory=Pair)
+    busy_fraction: Pair = Field(default_factory=Pair)
+    simulated_time_s: Pair = Field(default_factory=Pair)
+    output_tokens: Pair = Field(default_factory=Pair)
+    average_power_w: Pair = Field(default_factory=Pair)
+
+
+class BaselineFleet(_Block):
+    devices: int | None = None
+    price_usd_per_device_hour: float | None = None
+    price_date: str | None = None
+
+
+class Baseline(_Block):
+    """``baseline`` (``specsim run --baseline``; metrics/baseline.compare): per class and
+    for the run, the figures with speculation and without."""
+
+    scenario_change: str | None = None
+    per_class: dict[str, ClassComparison] = Field(default_factory=dict)  # "all" first
+    run: BaselineRun = Field(default_factory=BaselineRun)
+    fleet: BaselineFleet = Field(default_factory=BaselineFleet)
+    note: str | None = None
+
+
 class RunMetrics(_Block):
     """metrics.json of one run (see the README's metrics.json section for each key)."""
 
     scenario: str | None = None
     seed: int | None = None
-    overload: dict[str, Any] | None = None  # present when the overload watch stopped the run
+    overload: Overload | None = None  # present when the overload watch stopped the run
     requests_arrived: int | None = None
     requests_completed: int | None = None
     requests_rejected: int | None = None
@@ -129,9 +295,9 @@ class RunMetrics(_Block):
     calibration_values: dict[str, Any] = Field(default_factory=dict)
     hardware_calibrated: bool | None = None
     notes: list[str] = Field(default_factory=list)
-    kv_cache: dict[str, Any] | None = None  # with kv_cache: on (kv/prefix_cache.summary)
-    disaggregation: dict[str, Any] | None = None  # a PD fleet: pools and the KV link
-    baseline: dict[str, Any] | None = None  # a --baseline run: the run without speculation
+    kv_cache: KvCache | None = None  # with kv_cache: on (kv/prefix_cache.summary)
+    disaggregation: Disaggregation | None = None  # a PD fleet: pools and the KV link
+    baseline: Baseline | None = None  # a --baseline run: the run without speculation
 
     @classmethod
     def from_summary(cls, metrics: Any, origin: str = "metrics") -> RunMetrics:

@@ -228,10 +228,10 @@ def _calibration_banner(v: _View) -> str:
 
 def _overload_banner(v: _View) -> str:
     o = v.m.overload
-    return (f"> **Overloaded: the run was stopped at {_num(o.get('at_s'))} s simulated** with "
-            f"{o.get('queued_requests', 0):,} requests queued (oldest waiting "
-            f"{_num(o.get('oldest_wait_s'))} s): arrivals {_num(o.get('arrival_rate_per_s'))}/s "
-            f"against completions {_num(o.get('completion_rate_per_s'))}/s ({o.get('rule')}). "
+    return (f"> **Overloaded: the run was stopped at {_num(o.at_s)} s simulated** with "
+            f"{_or(o.queued_requests, 0):,} requests queued (oldest waiting "
+            f"{_num(o.oldest_wait_s)} s): arrivals {_num(o.arrival_rate_per_s)}/s "
+            f"against completions {_num(o.completion_rate_per_s)}/s ({o.rule}). "
             "Every figure below covers the run until then; this load is beyond the fleet's "
             "capacity (`simulation.overload.detect: false` simulates the whole backlog).")
 
@@ -458,9 +458,9 @@ def _time_unit(span: float) -> tuple[str, float]:
 
 def _worker_label(m: RunMetrics, wid: int) -> str:
     """``worker 2``, or ``worker 2 (decode)`` in a PD fleet (its pools' worker ids)."""
-    pools = (m.disaggregation or {}).get("pools") or {}
+    pools = m.disaggregation.pools if m.disaggregation is not None else {}
     for name, pool in pools.items():
-        if wid in (pool.get("worker_ids") or ()):
+        if wid in pool.worker_ids:
             return f"worker {wid} ({name})"
     return f"worker {wid}"
 
@@ -832,37 +832,37 @@ def _baseline_section(v: _View) -> str | None:
     """Speculation against the same run without it (``specsim run --baseline``): per-class
     speedups and the two product tables (daily cost and energy for the same daily output)."""
     b = v.m.baseline
-    if not b:
+    if b is None or not b.per_class:
         return None
     rows = []
-    for cls, r in b["per_class"].items():
-        sp, ba = r["speculative"], r["baseline"]
+    for cls, r in b.per_class.items():
+        sp, ba = r.speculative, r.baseline
 
         def pair(key: str, scale: float = 1e3, r=r, sp=sp, ba=ba) -> str:
-            x = r.get(key.replace("_s", "_speedup"))
-            return (f"{_num(ba.get(key), scale)} -> {_num(sp.get(key), scale)} "
+            x = getattr(r, key.replace("_s", "_speedup"))
+            return (f"{_num(getattr(ba, key), scale)} -> {_num(getattr(sp, key), scale)} "
                     f"({_num(x)}x)" if x else "n/a")
 
-        rows.append([cls, str(sp.get("requests")), pair("tpot_s"), pair("e2e_s", 1.0),
+        rows.append([cls, str(sp.requests), pair("tpot_s"), pair("e2e_s", 1.0),
                      pair("ttft_s")])
     out = [_md_table(["class", "requests", "TPOT ms: none -> spec", "E2E s: none -> spec",
                       "TTFT ms: none -> spec"], rows, "lrrrr"), "",
            "Speedup = baseline / speculative (above 1: speculation helped). Baseline: the same "
            "trace and seed with `speculation.method: none`."]
-    run, fleet = b["run"], b.get("fleet") or {}
-    devices = fleet.get("devices") or 0
-    price = fleet.get("price_usd_per_device_hour")
-    date = fleet.get("price_date") or "undated"
+    run, fleet = b.run, b.fleet
+    devices = fleet.devices or 0
+    price = fleet.price_usd_per_device_hour
+    date = fleet.price_date or "undated"
 
     def cap(side: str) -> float | None:
-        tput = run["throughput_output_tokens_per_s"][side]
-        busy = run["busy_fraction"][side]
+        tput = getattr(run.throughput_output_tokens_per_s, side)
+        busy = getattr(run.busy_fraction, side)
         if not (_finite(tput) and _finite(busy) and busy > 0 and devices):
             return None
         return tput / (busy * devices)  # output tokens per busy device-second
 
     c_spec, c_base = cap("speculative"), cap("baseline")
-    tput = run["throughput_output_tokens_per_s"]["speculative"]
+    tput = run.throughput_output_tokens_per_s.speculative
     if c_spec and c_base and _finite(price) and _finite(tput):
         volume = tput * 86400.0  # the run's daily output volume
         native = volume / c_base / 3600.0 * price
@@ -882,18 +882,18 @@ def _baseline_section(v: _View) -> str | None:
                 "in flight, so busy time understates what speculation frees: the capacity "
                 "gain under SLOs is what `specsim plan` measures (largest sustainable load "
                 "per replica, with and without speculation)."]
-    e = run["energy_j_per_output_token"]
-    if _finite(e.get("speculative")) and _finite(e.get("baseline")) and _finite(tput):
+    e = run.energy_j_per_output_token
+    if _finite(e.speculative) and _finite(e.baseline) and _finite(tput):
         volume = tput * 86400.0
-        p = run.get("average_power_w") or {}
+        p = run.average_power_w
         out += ["", "**Energy for the same daily output volume:**", "",
                 _md_table(["", "native", "speculative"], [
-                    ["energy per output token (J)", _num(e["baseline"]),
-                     _num(e["speculative"])],
-                    ["energy per day (kWh)", _num(e["baseline"] * volume / 3.6e6),
-                     _num(e["speculative"] * volume / 3.6e6)],
-                    ["average fleet power in the run (W)", _num(p.get("baseline")),
-                     _num(p.get("speculative"))]], "lrr"), "",
+                    ["energy per output token (J)", _num(e.baseline),
+                     _num(e.speculative)],
+                    ["energy per day (kWh)", _num(e.baseline * volume / 3.6e6),
+                     _num(e.speculative * volume / 3.6e6)],
+                    ["average fleet power in the run (W)", _num(p.baseline),
+                     _num(p.speculative)]], "lrr"), "",
                 "Energy per token includes idle devices over the run (device power from the "
                 "catalog or the scenario, linear in utilisation; the draft phase at its own "
                 "utilisation)."]
@@ -903,78 +903,72 @@ def _baseline_section(v: _View) -> str | None:
 def _kv_cache_section(v: _View) -> str | None:
     """The prefix cache and its tiers (only for runs with ``kv_cache:``)."""
     kc = v.m.kv_cache
-    if not isinstance(kc, dict):
+    if kc is None:
         return None
 
     def n(x: Any) -> str:
         return f"{int(x):,}" if _finite(x) else "n/a"
 
-    tiers = kc.get("tiers") or {}
-    hit_t, hit_b = kc.get("hit_tokens") or {}, kc.get("hit_blocks") or {}
-    rate = kc.get("hit_rate") or {}
-    rows = [[str(name), n(t.get("capacity_blocks_per_worker")), n(hit_t.get(name)),
-             n(hit_b.get(name)), _pct(rate.get(name)), n(t.get("used_blocks_at_end"))]
-            for name, t in tiers.items()]
+    hit_t, hit_b, rate = kc.hit_tokens, kc.hit_blocks, kc.hit_rate  # per tier name
+    rows = [[str(name), n(t.capacity_blocks_per_worker), n(hit_t.get(name)),
+             n(hit_b.get(name)), _pct(rate.get(name)), n(t.used_blocks_at_end)]
+            for name, t in kc.tiers.items()]
     rows.append(["all tiers", "-", n(sum(hit_t.values())), n(sum(hit_b.values())),
                  _pct(rate.get("total")), "-"])
     tab = _md_table(["tier", "capacity (blocks/worker)", "hit tokens", "hit blocks",
                      "hit rate (of tokens looked up)", "in use at the end (all workers)"],
                     rows)
-    moved = kc.get("bytes_moved") or {}
-    moved_txt = ", ".join(f"{k}: {_num(b / 1e9)} GB" for k, b in moved.items()) or "none"
-    kinds = kc.get("preemptions_by_kind") or {}
-    xfer = kc.get("ttft_transfer_s") or {}
+    moved_txt = ", ".join(f"{k}: {_num(b / 1e9)} GB" for k, b in kc.bytes_moved.items()
+                          ) or "none"
+    kinds, xfer = kc.preemptions_by_kind, kc.ttft_transfer_s
     return "\n".join([
         tab, "",
-        f"Prefix cache {'on' if kc.get('prefix_cache') else 'off'} "
-        f"({kc.get('eviction')} eviction, {n(kc.get('page_tokens'))}-token pages); "
-        f"{n(kc.get('lookups'))} lookups over {n(kc.get('lookup_tokens'))} prompt tokens, "
-        f"{n(kc.get('prefill_tokens_saved'))} tokens not prefilled. Moved between tiers: "
-        f"{moved_txt}. Preemptions: {n(kinds.get('recompute'))} by recompute, "
-        f"{n(kinds.get('swap'))} by swap ({n(kc.get('swap_fallbacks'))} swaps fell back to "
-        f"recompute). Transfer time inside TTFT: mean {_num(xfer.get('mean'), 1e3)} ms, max "
-        f"{_num(xfer.get('max'), 1e3)} ms ({_pct(kc.get('ttft_transfer_fraction'))} of all "
-        f"TTFT; {'overlapped with compute (layer-wise loading)' if kc.get('layerwise_loading') else 'not overlapped with compute'}).",
+        f"Prefix cache {'on' if kc.prefix_cache else 'off'} "
+        f"({kc.eviction} eviction, {n(kc.page_tokens)}-token pages); "
+        f"{n(kc.lookups)} lookups over {n(kc.lookup_tokens)} prompt tokens, "
+        f"{n(kc.prefill_tokens_saved)} tokens not prefilled. Moved between tiers: "
+        f"{moved_txt}. Preemptions: {n(kinds.recompute)} by recompute, "
+        f"{n(kinds.swap)} by swap ({n(kc.swap_fallbacks)} swaps fell back to "
+        f"recompute). Transfer time inside TTFT: mean {_num(xfer.mean, 1e3)} ms, max "
+        f"{_num(xfer.max, 1e3)} ms ({_pct(kc.ttft_transfer_fraction)} of all "
+        f"TTFT; {'overlapped with compute (layer-wise loading)' if kc.layerwise_loading else 'not overlapped with compute'}).",
     ])
 
 
 def _pd_section(v: _View) -> str | None:
     """The pools and the KV link of a disaggregated run (``metrics.disaggregation``)."""
     pd = v.m.disaggregation
-    if not isinstance(pd, dict):
+    if pd is None:
         return None
     rows = []
-    for name, p in (pd.get("pools") or {}).items():
-        rows.append([name, f"{p.get('devices', '?')} x {p.get('accelerator', '?')}",
-                     f"{p.get('workers', '?')} (TP {p.get('tensor_parallel', '?')})",
-                     _pct(p.get("busy_fraction")), _pct(p.get("kv_peak_utilization")),
-                     _num(p.get("price_usd_per_device_hour")), _num(p.get("cost_usd")),
-                     _num(p.get("energy_j"))])
+    for name, p in pd.pools.items():
+        rows.append([name, f"{_or(p.devices, '?')} x {_or(p.accelerator, '?')}",
+                     f"{_or(p.workers, '?')} (TP {_or(p.tensor_parallel, '?')})",
+                     _pct(p.busy_fraction), _pct(p.kv_peak_utilization),
+                     _num(p.price_usd_per_device_hour), _num(p.cost_usd), _num(p.energy_j)])
     tab = _md_table(["pool", "devices", "workers", "busy", "KV peak", "USD/device-h",
                      "cost (USD)", "energy (J)"], rows, "lllrrrrr")
-    link = pd.get("link") or {}
-    xfer, wait = pd.get("transfer_s") or {}, pd.get("link_wait_s") or {}
-    where = "one link shared by all" if link.get("shared") else \
-        f"{link.get('links', '?')} links, one per prefill worker"
+    link, xfer, wait = pd.link, pd.transfer_s, pd.link_wait_s
+    where = "one link shared by all" if link.shared else \
+        f"{_or(link.links, '?')} links, one per prefill worker"
     lines = [tab, "", _md_table(["KV link", "value"], [
-        ["bandwidth, latency", f"{_num(link.get('bandwidth_gb_s'))} GB/s, "
-                               f"{_num(link.get('latency_s'), 1e6)} us ({where})"],
-        ["transfers", f"{pd.get('transfers', 0):,}"],
-        ["bytes moved", f"{_num(pd.get('bytes_moved'), 1e-9)} GB"],
+        ["bandwidth, latency", f"{_num(link.bandwidth_gb_s)} GB/s, "
+                               f"{_num(link.latency_s, 1e6)} us ({where})"],
+        ["transfers", f"{_or(pd.transfers, 0):,}"],
+        ["bytes moved", f"{_num(pd.bytes_moved, 1e-9)} GB"],
         ["transfer time mean / p50 / p99 (ms)",
-         f"{_num(xfer.get('mean'), 1e3)} / {_num(xfer.get('p50'), 1e3)} / "
-         f"{_num(xfer.get('p99'), 1e3)}"],
+         f"{_num(xfer.mean, 1e3)} / {_num(xfer.p50, 1e3)} / {_num(xfer.p99, 1e3)}"],
         ["waiting for the link mean / p99 (ms)",
-         f"{_num(wait.get('mean'), 1e3)} / {_num(wait.get('p99'), 1e3)}"],
-        ["link busy", _pct(link.get("busy_fraction"))],
-        ["share of TTFT on the link (mean)", _pct(pd.get("transfer_share_of_ttft"))],
+         f"{_num(wait.mean, 1e3)} / {_num(wait.p99, 1e3)}"],
+        ["link busy", _pct(link.busy_fraction)],
+        ["share of TTFT on the link (mean)", _pct(pd.transfer_share_of_ttft)],
         ["prefilled on a decode worker (prefix held there)",
-         f"{pd.get('prefilled_on_decode_pool', 0):,}"],
+         f"{_or(pd.prefilled_on_decode_pool, 0):,}"],
     ], "lr"), "",
         "Prefill workers run each prompt and sample its first token; its KV (prompt tokens x "
-        f"{_num(pd.get('kv_bytes_per_token'))} bytes, target + drafter) then crosses the link "
+        f"{_num(pd.kv_bytes_per_token)} bytes, target + drafter) then crosses the link "
         "(bytes / bandwidth + latency, transfers first come first served on a link) to the "
-        f"decode worker `{pd.get('decode_router', '?')}` picks. TTFT includes the wait for "
+        f"decode worker `{_or(pd.decode_router, '?')}` picks. TTFT includes the wait for "
         "the link and the transfer (the first token reaches the user with the hand-off). Fleet "
         "cost and energy above are the two pools added."]
     return "\n".join(lines)
@@ -991,7 +985,7 @@ def write_report(result: Any, out_dir: Path, plots: bool = True) -> None:
     m = v.m
     name = m.scenario or v.sc.get("name") or "scenario"
     parts = [f"# specsim report: {md_text(name)}", "", _intro(v), "", _calibration_banner(v), "",
-             *([_overload_banner(v), ""] if v.m.overload else []),
+             *([_overload_banner(v), ""] if v.m.overload is not None else []),
              "## Latency", "", _latency_table(v), "",
              "TTFT = first token - arrival (queueing and prefill included). TPOT = (last - "
              "first token time) / (output tokens - 1). ITL = gaps between deliveries to one "
