@@ -173,19 +173,12 @@ def check_workers(n_workers: int, key: str = "hardware.count", *,
 
 
 def max_workers() -> int:
-    """Workers a run may hold: ``SPECSIM_MAX_WORKERS`` when set (a positive integer), else
-    ``MAX_WORKERS``."""
-    raw = os.environ.get(WORKERS_ENV, "").strip()
-    if not raw:
-        return MAX_WORKERS
-    try:
-        value = float(raw.replace("_", ""))
-    except ValueError:
-        value = float("nan")
-    if not (value >= 1 and value < 2**63 and value == int(value)):
-        raise ScenarioError(f"{WORKERS_ENV}: expected a positive whole number of workers, got "
-                            f"{raw!r}")
-    return int(value)
+    """Workers a run may hold: ``SPECSIM_MAX_WORKERS`` when set (a positive whole number,
+    read as safe_read reads every cap's variable), else ``MAX_WORKERS``."""
+    from specsim import safe_read
+
+    return safe_read.limit(safe_read.Cap(WORKERS_ENV, MAX_WORKERS, "workers",
+                                         "workers one run simulates"))
 
 
 # ---------------------------------------------------------------------------- shapes
