@@ -276,7 +276,9 @@ def _ours_in(folder: Path) -> tuple[bool, str | None]:
     ours: set[str] = set()
     if marker.is_file() and not marker.is_symlink():
         try:
-            listed = json.loads(marker.read_text())["files"]
+            from specsim import safe_read  # a hand-made marker is read under the caps
+
+            listed = safe_read.load_json(marker, "specsim's output marker")["files"]
             ours = {n for n in listed if isinstance(n, str) and _OURS.match(n)} | {MARKER}
         except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError):
             ours = set()

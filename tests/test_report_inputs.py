@@ -186,3 +186,47 @@ def test_a_huge_line_in_sweep_csv_is_one_line(sweep_dir, tmp_path):
     _huge_line(folder / "sweep.csv")
     line = _report_capped(folder)
     assert "sweep.csv" in line and "SPECSIM_MAX_LINE_BYTES" in line
+
+
+def test_a_torn_journal_line_is_cut_without_reading_the_journal_whole(tmp_path):
+    from specsim.simulator.planning.sweep import Journal, _last_line_end
+
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(b'{"a": 1}\n' + b"x" * 200_000)  # a torn line longer than one block
+    with open(path, "rb") as fh:
+        assert _last_line_end(fh) == 9
+    Journal(path).close()
+    assert path.read_bytes() == b'{"a": 1}\n'
+    path.write_bytes(b"torn")
+    Journal(path).close()
+    assert path.read_bytes() == b""
+
+
+def test_a_bomb_sweep_definition_is_refused_on_resume(sweep_dir, tmp_path, capsys):
+    folder = _copy(sweep_dir, tmp_path)
+    (folder / "sweep.json").write_bytes(b"[" * (17 * 1024**2))
+    assert main(["sweep", CHAT, "--set", "workload.synthetic.requests=5", "--out",
+                 str(folder), "--resume", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "SPECSIM_MAX_JSON_BYTES" in err and "sweep.json" in err
+
+
+def test_a_bomb_run_marker_makes_the_folder_foreign(run_dir, tmp_path, capsys):
+    folder = _copy(run_dir, tmp_path)
+    (folder / ".specsim-output").write_bytes(b"[" * (17 * 1024**2))
+    before = _snapshot(folder)
+    assert main(["run", CHAT, "--out", str(folder), "--force", "--quiet",
+                 "--set", "workload.synthetic.requests=5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "did not write" in err
+    assert _snapshot(folder) == before
+
+
+def test_a_huge_line_in_a_profile_csv_is_one_line(tmp_path, capsys):
+    from specsim.cost_models.calibrate.profiles import _read_csv
+    from specsim.safe_read import InputLimitError
+
+    path = tmp_path / "mlp.csv"
+    _huge_line(path, mib=5)
+    with pytest.raises(InputLimitError, match=r"mlp.csv line 1: a line longer than allowed"):
+        _read_csv(path)

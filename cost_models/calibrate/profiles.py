@@ -137,10 +137,8 @@ def resolve_hardware(name: str) -> tuple[str, str]:
 def _read_csv(path: Path) -> pd.DataFrame:
     from specsim import safe_read
 
-    try:  # under the size cap; distinct column names (pandas would rename a repeat)
-        safe_read.check_file(path, "a CSV table", safe_read.DATA_BYTES)
-        safe_read.csv_header(path, str(path))
-        df = pd.read_csv(path)
+    try:  # under the caps (size, line, gzip); distinct column names (pandas would rename)
+        df = safe_read.read_csv(path, "a CSV table")
     except pd.errors.EmptyDataError:
         raise CatalogError(f"{path}: empty file (expected a CSV table with a header row)") from None
     except UnicodeDecodeError:

@@ -421,6 +421,20 @@ def read_journal(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
     return done
 
 
+def _last_line_end(fh: Any) -> int:
+    """The offset just past the last newline of the open file ``fh`` (0: none), read a
+    block at a time from the end: a journal is never read whole to find it."""
+    pos = fh.seek(0, os.SEEK_END)
+    while pos > 0:
+        step = min(1 << 16, pos)
+        pos -= step
+        fh.seek(pos)
+        i = fh.read(step).rfind(b"\n")
+        if i >= 0:
+            return pos + i + 1
+    return 0
+
+
 class Journal:
     """Append-only: one JSON line per finished run, flushed and fsynced."""
 
@@ -428,10 +442,8 @@ class Journal:
         self.path = path
         # a line torn by a kill is cut off, so the next one starts on a line of its own
         if path.exists():
-            data = path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                with open(path, "r+b") as fh:
-                    fh.truncate(data.rfind(b"\n") + 1)
+            with open(path, "r+b") as fh:
+                fh.truncate(_last_line_end(fh))
         self.fh = open(path, "ab")  # noqa: SIM115 (closed by close())
 
     def add(self, point: int, seed: int, row: dict[str, Any]) -> None:
@@ -524,8 +536,12 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
 
     done: dict[tuple[int, int], dict[str, Any]] = {}
     if out_path is not None and mode == "resume":
+        from specsim import safe_read
+
         try:
-            old = json.loads((out_path / DEFINITION).read_text())
+            old = safe_read.load_json(out_path / DEFINITION, "a sweep's definition")
+        except safe_read.InputLimitError:
+            raise
         except (OSError, ValueError):
             old = None
         why = _same_grid(old, spec) if isinstance(old, dict) else None
