@@ -133,7 +133,7 @@ def deploy(sc: Any, base_dir: Path) -> Fleet:
                                 router_params=sc.router.params)], [], list(d.notes))
     hw = sc.hardware
     for name in (PREFILL, DECODE):  # each pool whole workers, before the pools are added
-        pool = dis[name]
+        pool = getattr(dis, name)
         tp = pool.tensor_parallel if pool.tensor_parallel is not None else hw.tensor_parallel
         workers_of(pool.count, tp, f"disaggregation.{name}.count",
                    None if pool.tensor_parallel is not None else "hardware.tensor_parallel")
@@ -144,7 +144,7 @@ def deploy(sc: Any, base_dir: Path) -> Fleet:
                             f"= {total} (give their sum, or leave hardware.count out)")
     pools, first = [], 0
     for name in (PREFILL, DECODE):
-        pool = dis[name]
+        pool = getattr(dis, name)
         if pool.accelerator is not None:  # the key is named as the pool's
             get_hardware(pool.accelerator, f"disaggregation.{name}.accelerator")
         try:
@@ -175,14 +175,14 @@ def unit_devices(sc: Any) -> int:
 def pool_scenario(sc: Any, name: str) -> Any:
     """The scenario one pool runs: ``hardware``, ``cost`` and ``calibration`` from the pool
     (falling back to the scenario's own), no ``disaggregation``."""
-    hw, pool = sc.hardware, sc.disaggregation[name]
+    hw, pool = sc.hardware, getattr(sc.disaggregation, name)
     tp = pool.tensor_parallel if pool.tensor_parallel is not None else hw.tensor_parallel
     hw_up = {"count": pool.count, "tensor_parallel": tp}
     for key in ("accelerator", "memory_fraction"):
-        if pool[key] is not None:
-            hw_up[key] = pool[key]
-    cost_up = {k: pool[k] for k in ("price_usd_per_hour", "power_idle_w", "power_max_w")
-               if pool[k] is not None}
+        if getattr(pool, key) is not None:
+            hw_up[key] = getattr(pool, key)
+    cost_up = {k: getattr(pool, k) for k in ("price_usd_per_hour", "power_idle_w", "power_max_w")
+               if getattr(pool, k) is not None}
     own = {"calibration": pool.calibration} if pool.calibration is not None else {}
     return sc.model_copy(update={"hardware": hw.model_copy(update=hw_up),
                                  "cost": sc.cost.model_copy(update=cost_up),

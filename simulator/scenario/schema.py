@@ -139,7 +139,7 @@ class Tree(Section):
 
     @model_validator(mode="after")
     def _form(self) -> Tree:
-        sglang = [k for k in ("topk", "num_steps", "num_draft_tokens") if self[k] is not None]
+        sglang = [k for k in ("topk", "num_steps", "num_draft_tokens") if getattr(self, k) is not None]
         if self.widths is not None:
             if sglang:
                 raise fail_key(sglang[0], "give widths or SGLang's topk / num_steps / "
@@ -668,7 +668,7 @@ class Disaggregation(Section):
     @model_validator(mode="after")
     def _pools(self) -> Disaggregation:
         for pool in ("prefill", "decode"):
-            if self[pool] is None:
+            if getattr(self, pool) is None:
                 raise fail_key(pool, f"required: the {pool} pool (a mapping with count, and "
                                      "optionally accelerator, tensor_parallel, "
                                      "price_usd_per_hour)")
@@ -787,18 +787,19 @@ def apply_engine(sc: Scenario) -> Scenario:
     eng = sc.engine
     updates: dict[str, dict[str, Any]] = {}
     for flag, (section, key) in ENGINE_KEYS.items():
-        value = eng[flag]
+        value = getattr(eng, flag)
         if value is None:
             continue
-        sec = sc[section]
-        if key in sec.model_fields_set and sec[key] is not None and sec[key] != value:
+        sec = getattr(sc, section)
+        given = getattr(sec, key)
+        if key in sec.model_fields_set and given is not None and given != value:
             raise ScenarioError(
                 f"engine.{flag}: {show(value)} conflicts with {section}.{key}: "
-                f"{show(sec[key])} (the same setting given twice); give one of them")
+                f"{show(given)} (the same setting given twice); give one of them")
         updates.setdefault(section, {})[key] = value
     if not updates:
         return sc
-    return sc.model_copy(update={section: sc[section].model_copy(update=keys)
+    return sc.model_copy(update={section: getattr(sc, section).model_copy(update=keys)
                                  for section, keys in updates.items()})
 
 

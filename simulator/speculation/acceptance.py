@@ -525,11 +525,6 @@ _ACCEPT_KEYS = {"profile", "by_class", "default", "per_request", "temperature_se
 # (and CNNDM .65 -> .53): alpha falls by about 17% from temperature 0 to 1.
 DEFAULT_TEMPERATURE_SENSITIVITY = 0.17
 
-def _get(section: Any, key: str, default: Any = None) -> Any:
-    """A key of a scenario section (a validated Section or a plain dict: both ``get``)."""
-    return default if section is None else section.get(key, default)
-
-
 def drafter_multiplier(weights: str, where: str) -> tuple[float, str]:
     """(alpha multiplier, its source) for a drafter weight precision."""
     table = drafter_quantization_table()
@@ -615,9 +610,9 @@ def build_acceptance(section: Any, seed: int, where: str = "speculation.acceptan
                                 f"{acc.temperature:g}, where temperature_sensitivity {sens:g} "
                                 "leaves no acceptance to scale from")
     mult, run_notes = 1.0, []
-    method = _get(speculation, "method")
+    method = speculation.method if speculation is not None else None
     if speculation is not None and method != "none":
-        k = int(_get(speculation, "k", 0) or 0)
+        k = int(speculation.k or 0)
         pmethod = entry.get("method")
         if pmethod and pmethod != method:
             run_notes.append(f"acceptance profile {name} was measured with {pmethod}; applied "
@@ -636,7 +631,7 @@ def build_acceptance(section: Any, seed: int, where: str = "speculation.acceptan
                                  f"{acc.temperature:g}; other temperatures scale alpha by "
                                  f"(1 - {sens:g} T) / (1 - {sens:g} x {acc.temperature:g}) "
                                  "(temperature_sensitivity, assumed)")
-        weights = str(_get(_get(speculation, "drafter_quantization"), "weights", "bf16"))
+        weights = str(speculation.drafter_quantization.weights)
         if "drafter_alpha_multiplier" in section:
             mult = _number(f"{where}.drafter_alpha_multiplier",
                            section["drafter_alpha_multiplier"], 0.0, 1.0)
