@@ -77,3 +77,55 @@ def known_keys(mapping: dict[str, Any], keys: list[str] | tuple[str, ...],
         if key not in keys:
             name = key if isinstance(key, str) and key.isprintable() else show(key)
             raise ValueRuleError(f"{name}: " + unknown_key(key, list(keys), qualifier))
+
+
+def column(raw: Any, *, integer: bool = False, lo: float | None = None,
+           hi: float | None = None, blank_ok: bool = False, text_ok: bool = False) -> Any:
+    """A whole column (a pandas Series or a sequence) by the rule of ``number``, checked at
+    once and returned as a float64 array (callers cast integers); the first bad row raises
+    ``ValueRuleError`` with ``number``'s own message and ``exc.row`` (0-based). ``blank_ok``
+    lets NaN / None / an empty field stand for "not given"; ``text_ok`` reads numbers written
+    as text (a CSV field), which a typed column (a DataFrame, JSON) refuses as "3"."""
+    import numpy as np  # here: the scalar rules above are read by modules without numpy
+    import pandas as pd
+
+    series = raw if isinstance(raw, pd.Series) else pd.Series(list(raw), dtype=object)
+    if pd.api.types.is_bool_dtype(series.dtype):
+        wrong = np.ones(len(series), dtype=bool)
+    elif series.dtype == object and not text_ok:
+        wrong = np.fromiter((isinstance(v, bool | str) or not (v is None or isinstance(
+            v, int | float | np.integer | np.floating)) for v in series), bool, len(series))
+    else:
+        wrong = np.zeros(len(series), dtype=bool)
+    values = pd.to_numeric(series.where(~wrong, None) if wrong.any() else series,
+                           errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    blank = series.isna().to_numpy() | (series.astype(object) == "").to_numpy()
+    bad = wrong | ~np.isfinite(values)
+    if blank_ok:
+        bad &= ~blank
+    with np.errstate(invalid="ignore"):
+        if integer:
+            bad |= values != np.round(values)
+        top = hi if hi is not None else (INT_HI if integer else None)
+        if lo is not None:
+            bad |= values < lo
+        if top is not None:
+            bad |= values > top
+    hits = np.flatnonzero(bad)
+    if hits.size:
+        row = int(hits[0])
+        given = series.iloc[row]
+        if type(given).__module__ == "numpy" and hasattr(given, "item"):
+            given = given.item()
+        if text_ok and isinstance(given, str) and np.isfinite(values[row]):
+            given = float(values[row])
+            given = int(given) if integer and given.is_integer() else given
+        try:
+            number(given, integer=integer, lo=lo, hi=hi)
+            message = f"expected {'an integer' if integer else 'a number'}, got {show(given)}"
+        except ValueRuleError as exc:
+            message = str(exc)
+        err = ValueRuleError(message)
+        err.row = row  # type: ignore[attr-defined]
+        raise err
+    return values

@@ -280,7 +280,7 @@ def check_fit(df: pd.DataFrame, arrival: str, lengths: str) -> None:
             built = build_workload(section, Path(tmp), 0)
         except TraceError as exc:  # a trace near the latest arrival a run holds can be
             # fitted by a generator whose draws pass it: refused in one line, naming the row
-            assert f"arrival_s: expected a number of seconds from 0 to {MAX_ARRIVAL_S:,.0f}" \
+            assert "arrival_s: expected a number at most 1e+08" \
                 in str(exc) and "\n" not in str(exc), exc
             return
     check_schema(built)

@@ -333,7 +333,7 @@ def test_validate_trace_checks_and_fills():
     assert out["request_id"].dtype == np.int64
     bad = df.assign(output_tokens=[1, 0])
     with pytest.raises(
-        TraceError, match=re.escape("mine row 1: output_tokens: expected an integer >= 1, got 0")
+        TraceError, match=re.escape("mine row 1: output_tokens: expected an integer at least 1, got 0")
     ):
         validate_trace(bad, "mine")
     with pytest.raises(TraceError, match="mine row 1: arrival_s: expected non-decreasing"):

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from specsim import values
 from specsim.limits import MAX_ARRIVAL_S
 from specsim.traces.errors import TraceError, show
 
@@ -88,21 +89,21 @@ def _row_error(origin: str, row: int, column: str, expected: str, value: Any) ->
     return TraceError(f"{origin} row {row}: {column}: expected {expected}, got {show(value)}")
 
 
+def _checked(df: pd.DataFrame, column: str, origin: str, **rule: Any) -> np.ndarray:
+    """``df[column]`` by the shared number rule (``specsim.values.column``)."""
+    try:
+        return values.column(df[column], **rule)
+    except values.ValueRuleError as exc:
+        raise TraceError(f"{origin} row {exc.row}: {column}: {exc}") from None  # type: ignore[attr-defined]
+
+
 def _as_int_column(df: pd.DataFrame, column: str, origin: str, minimum: int | None) -> np.ndarray:
     raw = df[column]
     if pd.api.types.is_integer_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype):
-        values = raw.to_numpy(dtype=np.int64)
-        bad = values < minimum if minimum is not None else np.zeros(len(values), dtype=bool)
-    else:
-        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > 2.0**53)
-        if minimum is not None:
-            bad |= values < minimum
-    row = _first_bad(bad)
-    if row is not None:
-        expected = "an integer" if minimum is None else f"an integer >= {minimum}"
-        raise _row_error(origin, row, column, expected, raw.iloc[row])
-    return values.astype(np.int64)
+        ints = raw.to_numpy(dtype=np.int64)
+        if minimum is None or not (ints < minimum).any():
+            return ints
+    return _checked(df, column, origin, integer=True, lo=minimum).astype(np.int64)
 
 
 def _as_str_column(df: pd.DataFrame, column: str, origin: str) -> np.ndarray:
@@ -153,15 +154,7 @@ def validate_trace(df: pd.DataFrame, origin: str) -> pd.DataFrame:
     if n == 0:
         return empty_trace()
 
-    arrival = pd.to_numeric(df["arrival_s"], errors="coerce").to_numpy(
-        dtype=np.float64, na_value=np.nan
-    )
-    row = _first_bad(~np.isfinite(arrival) | (arrival < 0) | (arrival > MAX_ARRIVAL_S))
-    if row is not None:
-        raise _row_error(
-            origin, row, "arrival_s", f"a number of seconds from 0 to {MAX_ARRIVAL_S:,.0f} "
-            "(over three years)", df["arrival_s"].iloc[row]
-        )
+    arrival = _checked(df, "arrival_s", origin, lo=0, hi=MAX_ARRIVAL_S)
     row = _first_bad(np.diff(arrival) < 0)
     if row is not None:
         raise TraceError(
@@ -187,12 +180,7 @@ def validate_trace(df: pd.DataFrame, origin: str) -> pd.DataFrame:
     else:
         out["prefix_block_ids"] = _empty_tuples(n)
     if "temperature" in df.columns:
-        temp = pd.to_numeric(df["temperature"], errors="coerce").to_numpy(
-            dtype=np.float64, na_value=np.nan
-        )
-        row = _first_bad(temp < 0)
-        if row is not None:
-            raise _row_error(origin, row, "temperature", "a number >= 0 or empty", temp[row])
+        temp = _checked(df, "temperature", origin, lo=0, blank_ok=True)
         out["temperature"] = temp
     else:
         out["temperature"] = np.full(n, DEFAULT_TEMPERATURE)
