@@ -49,9 +49,14 @@ def add_calibrate_command(subparsers: argparse._SubParsersAction,
                    help="fit a GPU profile to per-operator tables in Vidur's layout under DIR "
                         "(compute/<chip>/.../mlp.csv, network/<chip>_*/all_reduce.csv, "
                         "attention_<chip>*/attention.csv); needs --hardware")
+    c.add_argument("--from-steps", metavar="FILE",
+                   help="fit a GPU profile to timed whole forward passes (JSON lines: kind "
+                        "decode/prefill, model, batch, q, context / tokens, seconds), as "
+                        "shared/data/gpu_steps/gpu_steps.py writes them; prints held-out errors")
     c.add_argument("--hardware", metavar="NAME",
                    help="with --from-profiles: the chip whose tables to fit (h100, a100, or a "
-                        "catalog name such as H100-SXM)")
+                        "catalog name such as H100-SXM); with --from-steps: the chip timed "
+                        "(default: the table's device line)")
     c.add_argument("--force", action="store_true",
                    help="replace an existing --out file (never a folder or a link)")
     c.set_defaults(func=cmd_calibrate, simulate_runs=simulate_runs)
@@ -73,6 +78,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return 0
     if getattr(args, "from_profiles", None):
         return _cmd_from_profiles(args)
+    if getattr(args, "from_steps", None):
+        return _cmd_from_steps(args)
     if args.from_measurements:
         from specsim.outputs import check_file
 
@@ -126,5 +133,22 @@ def _cmd_from_profiles(args: argparse.Namespace) -> int:
     for line in summary_lines(fit):
         print(line)
     write_profile(fit.profile(), out, force=args.force)
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_from_steps(args: argparse.Namespace) -> int:
+    """``--from-steps FILE``: fit, print the in-sample and held-out errors, write."""
+    from specsim.outputs import check_file
+
+    from .profiles import write_profile
+    from .steps import fit_steps, profile, summary_lines
+
+    out = Path(args.out or f"{Path(args.from_steps).stem}-calibration.yaml")
+    check_file(out, args.force)  # before the fit, not after it
+    fit = fit_steps(args.from_steps, args.hardware, name=args.name)
+    for line in summary_lines(fit):
+        print(line)
+    write_profile(profile(fit), out, force=args.force)
     print(f"wrote {out}")
     return 0
