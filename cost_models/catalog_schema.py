@@ -11,11 +11,11 @@ dataclasses (``HardwareSpec``, ``ModelSpec``, ...) are built from these in ``cat
 from __future__ import annotations
 
 import datetime
-import math
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from specsim import values
 from specsim.messages import fail, fail_key, own_message, show, unknown_key
 
 from .errors import CatalogError
@@ -39,26 +39,18 @@ def _g(x: float) -> str:
 
 
 def _number(positive: bool, integer: bool, nullable: bool):
+    """The shared rule (``specsim.values.number``) with the catalog's bounds: at most
+    ``MAX_NUMBER`` (sizes and rates beyond it overflow the cost model's floats); a positive
+    number at least ``MIN_POSITIVE`` (1e-300 GB/s would make times overflow to inf), a
+    positive integer at least 1."""
+    lo = (1 if integer else MIN_POSITIVE) if positive else 0
+
     def check(value: Any) -> Any:
-        if value is None:
-            if nullable:
-                return None
-            raise fail("expected a value, got null")
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if integer:
-            ok = isinstance(value, int) and not isinstance(value, bool)
-        if not ok:
-            raise fail(f"expected {'an integer' if integer else 'a number'}, got {_show(value)}")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise fail(f"expected a finite number, got {value}")
-        if value > MAX_NUMBER:  # sizes and rates beyond this overflow the cost model's floats
-            raise fail(f"expected a number at most {MAX_NUMBER:g}, got {value!r}")
-        if positive and 0 < value < MIN_POSITIVE:  # e.g. 1e-300 GB/s: times overflow to inf
-            raise fail(f"expected a number at least {MIN_POSITIVE:g}, got {value!r}")
-        if value < 0 or (positive and value == 0):
-            raise fail(f"expected a {'positive' if positive else 'non-negative'} number, "
-                        f"got {value!r}")
-        return value
+        try:
+            return values.number(value, integer=integer, lo=lo, hi=MAX_NUMBER,
+                                 nullable=nullable)
+        except values.ValueRuleError as exc:
+            raise fail(str(exc)) from None
 
     return check
 
@@ -95,11 +87,10 @@ def _text(nullable: bool = False, dates: bool = False):
 
 def _choice(choices: tuple[str, ...]):
     def check(value: Any) -> Any:
-        if not isinstance(value, str):
-            raise fail(f"expected a string, got {_show(value)}")
-        if value not in choices:
-            raise fail(f"expected one of {', '.join(choices)}, got {_show(value)}")
-        return value
+        try:
+            return values.choice(value, choices)
+        except values.ValueRuleError as exc:
+            raise fail(str(exc)) from None
 
     return check
 
@@ -222,7 +213,7 @@ class ModelEntry(Entry):
     @model_validator(mode="after")
     def _shape(self) -> ModelEntry:
         if self.moe is None and self.intermediate_size == 0:
-            raise fail_key("intermediate_size", "expected a positive number, got 0")
+            raise fail_key("intermediate_size", "expected an integer at least 1, got 0")
         if self.n_heads % self.n_kv_heads:
             raise fail_key("n_kv_heads", f"expected a divisor of n_heads ({self.n_heads}), "
                                           f"got {self.n_kv_heads}")

@@ -76,7 +76,7 @@ def test_unknown_inline_keys_are_one_line_with_a_hint():
 
 @pytest.mark.parametrize("changes,expect", [
     ({"hbm_gb": math.nan}, "hardware.accelerator.hbm_gb: expected a finite number, got nan"),
-    ({"hbm_gb": -80}, "hardware.accelerator.hbm_gb: expected a positive number, got -80"),
+    ({"hbm_gb": -80}, "hardware.accelerator.hbm_gb: expected a number at least 1e-06, got -80"),
     ({"hbm_gb": "80"}, "hardware.accelerator.hbm_gb: expected a number, got '80'"),
     ({"hbm_bw_gb_s": 1e300}, "hardware.accelerator.hbm_bw_gb_s: expected a number at most"),
     ({"hbm_bw_gb_s": 1e-300}, "hardware.accelerator.hbm_bw_gb_s: expected a number at least"),
@@ -87,7 +87,7 @@ def test_unknown_inline_keys_are_one_line_with_a_hint():
     ({"power_w": {"idle": 900, "max": 700}},
      "hardware.accelerator.power_w.idle: expected at most power_w.max (700), got 900"),
     ({"interconnect": {"bw_gb_s": 1, "latency_us": -1}},
-     "hardware.accelerator.interconnect.latency_us: expected a non-negative number, got -1"),
+     "hardware.accelerator.interconnect.latency_us: expected a number at least 0, got -1"),
     ({"price_usd_per_hour": True},
      "hardware.accelerator.price_usd_per_hour: expected a number, got True"),
     ({"kind": "npu"}, "hardware.accelerator.kind: expected one of gpu, tpu, ppu, cpu"),
@@ -98,11 +98,11 @@ def test_bad_accelerator_values_name_the_dotted_key(changes, expect):
 
 
 @pytest.mark.parametrize("changes,expect", [
-    ({"n_layers": math.nan}, "model.n_layers: expected an integer, got nan"),
-    ({"n_layers": -2}, "model.n_layers: expected a positive number, got -2"),
-    ({"hidden_size": 4096.0}, "model.hidden_size: expected an integer, got 4096.0"),
+    ({"n_layers": math.nan}, "model.n_layers: expected a finite number, got nan"),
+    ({"n_layers": -2}, "model.n_layers: expected an integer at least 1, got -2"),
+    ({"hidden_size": 4096.5}, "model.hidden_size: expected an integer, got 4096.5"),
     ({"params_b": math.nan}, "model.params_b: expected a finite number, got nan"),
-    ({"intermediate_size": 0}, "model.intermediate_size: expected a positive number, got 0"),
+    ({"intermediate_size": 0}, "model.intermediate_size: expected an integer at least 1, got 0"),
     ({"n_kv_heads": 5}, "model.n_kv_heads: expected a divisor of n_heads"),
     ({"tied_embeddings": "yes"}, "model.tied_embeddings: expected true or false, got 'yes'"),
     ({"moe": {"n_experts": 4, "top_k": 8, "expert_intermediate_size": 64}},

@@ -359,4 +359,4 @@ def test_inline_dense_model_needs_an_mlp(tmp_path, capsys):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     assert main(["validate", str(path)]) == 2
-    assert "model.intermediate_size: expected a positive number, got 0" in _one_error(capsys)
+    assert "model.intermediate_size: expected an integer at least 1, got 0" in _one_error(capsys)
