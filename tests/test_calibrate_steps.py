@@ -122,3 +122,17 @@ def test_real_h200_table_in_sample_errors() -> None:
     caps = steps.ceilings(json.loads(REAL.read_text().splitlines()[0]), get_hardware("H200-SXM"))
     for k, cap in caps.items():
         assert f.values[k] <= cap + 1e-9, k
+
+
+def test_bundled_h200_profile_is_labelled_and_opt_in() -> None:
+    """The H200 profile fitted to the torch reference says so and prints its held-out
+    errors; it is not H200-SXM's default (a torch reference is not an engine)."""
+    from specsim.cost_models.calibration import default_profile
+
+    cal = load_profile("H200-SXM-torch-reference")
+    assert cal.hardware == "H200-SXM" and default_profile("H200-SXM") is None
+    assert "NOT AN ENGINE" in cal.source
+    doc = yaml.safe_load((Path(steps.__file__).parents[1] / "calibrations"
+                          / "H200-SXM-torch-reference.yaml").read_text())
+    held = {h["held_out"] for h in doc["fit_quality"]["holdouts"]}
+    assert {"model llama-3.1-8b", "model llama-3.2-1b"} <= held
