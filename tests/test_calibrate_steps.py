@@ -84,7 +84,7 @@ def test_cli_writes_a_loadable_profile_with_held_out_errors(tmp_path: Path, caps
     ('{"kind": "decode", "model": "llama-3.1-8b", "batch": 1, "q": 1, "context": 8, '
      '"seconds": -1}', "line 1: seconds: expected a positive number"),
     ('{"kind": "decode", "model": "llama-3.1-8b", "batch": 0, "q": 1, "context": 8, '
-     '"seconds": 1}', "line 1: batch: expected an integer >= 1"),
+     '"seconds": 1}', "line 1: batch: expected an integer from 1"),
     ('{"kind": "prefill", "model": "llama-3.1-8b", "batch": 3, "tokens": 8, "seconds": 1}',
      "line 1: tokens: expected a multiple of batch 3"),
     ('{"kind": "decode", "model": "gpt-9", "batch": 1, "q": 1, "context": 8, "seconds": 1}',

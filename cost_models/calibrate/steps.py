@@ -67,10 +67,14 @@ def _fail(path: Path, line: int, msg: str) -> CatalogError:
     return CatalogError(f"{path}: line {line}: {msg}")
 
 
+MAX_COUNT = 10**9  # batch, q, context, tokens: far above any pass, far below float overflow
+
+
 def _int(rec: dict, key: str, path: Path, line: int, low: int) -> int:
     v = rec.get(key)
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise _fail(path, line, f"{key}: expected an integer >= {low}, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= MAX_COUNT:
+        raise _fail(path, line, f"{key}: expected an integer from {low} to {MAX_COUNT:.0e}, "
+                                f"got {v!r}")
     return v
 
 
@@ -318,6 +322,8 @@ def summary_lines(f: StepsFit) -> list[str]:
         return "; ".join(parts)
 
     lines.append("  fitted on every pass: " + fmt(f.train))
+    if not f.holdouts:
+        lines.append(f"  no held-out errors: one model and fewer than {2 * FOLDS} passes")
     for h in f.holdouts:
         lines.append(f"  held out {h['held_out']} (fit on {h['train_rows']}): " + fmt(h["test"]))
     return lines
