@@ -14,6 +14,9 @@ from typing import Any
 
 import yaml
 
+from specsim import values
+
+from .catalog_schema import MAX_NUMBER
 from .errors import CatalogError
 
 UNCALIBRATED = "uncalibrated default"
@@ -177,38 +180,36 @@ def load_profile(ref: str, base_dir: Path | None = None, where: str = "calibrati
     return profile_from_dict(data, origin, default_name=ref)
 
 
+# Efficiencies are fractions of a peak (a little over 1 allowed for a conservative catalog
+# peak); every other fitted value is a non-negative time or size, at most the catalogs'
+# sanity bound (beyond it the cost model's floats overflow).
+_EFFICIENCIES = ("eta_compute", "eta_memory", "eta_elementwise", "eta_attn_prefill",
+                 "eta_attn_decode", "allreduce_bw_eff")
+
+
+def _fitted(fitted: dict[str, Any], key: str, origin: str) -> float | None:
+    """``fitted[key]`` by the shared number rule; the extra parameters default (None allowed)."""
+    extra = key in EXTRA_PARAMS
+    value = fitted.get(key, EXTRA_PARAMS[key]) if extra else fitted.get(key)
+    eff = key in _EFFICIENCIES
+    try:
+        return values.number(value, lo=0, exclusive_lo=eff, hi=1.5 if eff else MAX_NUMBER,
+                             nullable=extra)
+    except values.ValueRuleError as exc:
+        raise CatalogError(f"{origin}: fitted.{key}: {exc}") from None
+
+
 def profile_from_dict(data: Any, origin: str, default_name: str = "profile") -> Calibration:
     if not isinstance(data, dict) or not isinstance(data.get("fitted"), dict):
         raise CatalogError(f"{origin}: expected a mapping with a 'fitted' section")
     fitted = data["fitted"]
-    vals = {}
-    for key in ("eta_compute", "eta_memory", "per_layer_overhead_s", "fixed_overhead_s"):
-        v = fitted.get(key)
-        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < float("inf"):
-            raise CatalogError(f"{origin}: fitted.{key}: expected a non-negative number, got {v!r}")
-        vals[key] = float(v)
-    for key in ("eta_compute", "eta_memory"):
-        if not 0 < vals[key] <= 1.5:
-            raise CatalogError(f"{origin}: fitted.{key}: expected a value in (0, 1.5], got "
-                               f"{vals[key]}")
-    for key, neutral in EXTRA_PARAMS.items():
-        v = fitted.get(key, neutral)
-        if v is None:
-            vals[key] = None
-            continue
-        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v < float("inf"):
-            raise CatalogError(f"{origin}: fitted.{key}: expected a non-negative number, got {v!r}")
-        vals[key] = float(v)
-    for key in ("eta_elementwise", "eta_attn_prefill", "eta_attn_decode", "allreduce_bw_eff"):
-        if vals[key] is not None and not 0 < vals[key] <= 1.5:
-            raise CatalogError(f"{origin}: fitted.{key}: expected a value in (0, 1.5], got "
-                               f"{vals[key]}")
-    unknown = sorted(set(fitted) - {"eta_compute", "eta_memory", "per_layer_overhead_s",
-                                    "fixed_overhead_s", *EXTRA_PARAMS})
-    if unknown:
-        raise CatalogError(f"{origin}: fitted.{unknown[0]}: unknown parameter (known: "
-                           f"eta_compute, eta_memory, per_layer_overhead_s, fixed_overhead_s, "
-                           f"{', '.join(EXTRA_PARAMS)})")
+    known = ("eta_compute", "eta_memory", "per_layer_overhead_s", "fixed_overhead_s",
+             *EXTRA_PARAMS)
+    try:
+        values.known_keys(fitted, known)
+    except values.ValueRuleError as exc:
+        raise CatalogError(f"{origin}: fitted.{exc}") from None
+    vals = {key: _fitted(fitted, key, origin) for key in known}
     details = {k: v for k, v in data.items() if k != "fitted"}
     return Calibration(
         name=str(data.get("name", default_name)),

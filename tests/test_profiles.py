@@ -51,5 +51,5 @@ def test_bad_profile_is_a_clear_error(tmp_path):
         run_scenario(_sc("nope"), trace=TRACE)
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"fitted": {"eta_compute": -1}}))
-    with pytest.raises(CatalogError, match="fitted.eta_compute: expected a non-negative number"):
+    with pytest.raises(CatalogError, match="fitted.eta_compute: expected a number greater than 0, got -1"):
         run_scenario(_sc(str(bad)), trace=TRACE)
