@@ -32,6 +32,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 AZURE_HOUR = REPO.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 SPECSIM = [sys.executable, "-m", "specsim.simulator.cli"]
+#: the same command through ``main()`` with the interpreter's normal teardown, as before the
+#: console script learned to end a finished run with ``os._exit`` (issue 22): ``--slow-exit``
+SPECSIM_SLOW_EXIT = [sys.executable, "-c",
+                     "import sys; from specsim.simulator.cli import main; sys.exit(main())"]
 
 
 def _chat(requests: int, spec: bool = True) -> dict:
@@ -118,16 +122,16 @@ def _run(cmd: list[str]) -> tuple[float, float, int]:
     return wall, usage.ru_maxrss / 1024, p.returncode
 
 
-def measure(case: Case, tmp: Path, repeat: int) -> dict:
+def measure(case: Case, tmp: Path, repeat: int, specsim: list[str] = SPECSIM) -> dict:
     if case.scenario is None:
-        walls = [_run([*SPECSIM, "--help"]) for _ in range(max(repeat, 3))]
+        walls = [_run([*specsim, "--help"]) for _ in range(max(repeat, 3))]
         return {"wall_s": min(w for w, _, _ in walls), "rss_mb": min(r for _, r, _ in walls)}
     path = tmp / f"{case.name}.yaml"
     path.write_text(yaml.safe_dump(case.scenario, sort_keys=False))
     best = None
     for _ in range(repeat):
         out = tmp / f"{case.name}-out"
-        wall, rss, rc = _run([*SPECSIM, "run", str(path), "--out", str(out), "--force",
+        wall, rss, rc = _run([*specsim, "run", str(path), "--out", str(out), "--force",
                               "--quiet", *case.args])
         if rc:
             return {"error": f"exit {rc}"}
@@ -181,6 +185,9 @@ def main() -> int:
     ap.add_argument("--only", nargs="+", help="case names to run")
     ap.add_argument("--repeat", type=int, default=1, help="runs per case (the best is shown)")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--slow-exit", action="store_true",
+                    help="run each command through main() with the interpreter's teardown "
+                    "(the exit as it was before issue 22), for a before/after in one session")
     ap.add_argument("--scaling", type=int, nargs="*", default=[10_000, 100_000],
                     help="request counts for the scaling table (none: skip)")
     args = ap.parse_args()
@@ -196,7 +203,8 @@ def main() -> int:
                 print(f"| {case.what} | <= {case.target_s:g} s | skipped: {case.needs} "
                       "absent | | | | |")
                 continue
-            r = measure(case, Path(d), args.repeat)
+            r = measure(case, Path(d), args.repeat,
+                        SPECSIM_SLOW_EXIT if args.slow_exit else SPECSIM)
             if "error" in r:
                 print(f"| {case.what} | <= {case.target_s:g} s | {r['error']} | | | | |")
                 continue
