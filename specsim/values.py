@@ -119,8 +119,11 @@ def column(raw: Any, *, integer: bool = False, lo: float | None = None,
             given = given.item()
         if text_ok and isinstance(given, str) and np.isfinite(values[row]):
             given = float(values[row])
-            given = int(given) if integer and given.is_integer() else given
+            given = int(given) if integer and given.is_integer() and abs(given) <= INT_HI else given
         try:
+            if text_ok and given == "":
+                raise ValueRuleError(f"expected {'an integer' if integer else 'a number'}, "
+                                     "got an empty field")
             number(given, integer=integer, lo=lo, hi=hi)
             message = f"expected {'an integer' if integer else 'a number'}, got {show(given)}"
         except ValueRuleError as exc:

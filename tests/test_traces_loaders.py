@@ -189,19 +189,19 @@ BAD_AZURE = [
         "negative tokens",
         AZURE + "2023-11-16 18:15:52,12,-5\n",
         5,
-        "GeneratedTokens: expected a non-negative integer, got '-5'",
+        "GeneratedTokens: expected an integer at least 0, got -5",
     ),
     (
         "non-numeric",
         AZURE + "2023-11-16 18:15:52,abc,5\n",
         5,
-        "ContextTokens: expected a non-negative integer, got 'abc'",
+        "ContextTokens: expected an integer, got 'abc'",
     ),
     (
         "empty field",
         AZURE + "2023-11-16 18:15:52,10\n",
         5,
-        "GeneratedTokens: expected a non-negative integer, got an empty field",
+        "GeneratedTokens: expected an integer, got an empty field",
     ),
     (
         "unsorted",

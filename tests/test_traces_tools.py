@@ -165,7 +165,7 @@ def test_cli_reports_trace_errors_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert (
         err
-        == f"specsim: error: {bad} line 2: output_tokens: expected a non-negative integer, got 'oops'"
+        == f"specsim: error: {bad} line 2: output_tokens: expected an integer, got 'oops'"
     )
 
 

@@ -22,7 +22,7 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
-from specsim import safe_read
+from specsim import safe_read, values
 from specsim.safe_read import is_gzip  # noqa: F401  (the traces' name for it)
 from specsim.traces.errors import TraceError, at_line, names, show
 
@@ -190,38 +190,27 @@ def _describe(value: Any) -> str:
     return "an empty field" if value == "" else show(value)
 
 
+def _column(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str,
+            **rule: Any) -> np.ndarray:
+    """A CSV column by the shared number rule (``specsim.values.column``); TraceError names
+    the first bad line."""
+    try:
+        return values.column(chunk[column], text_ok=True, **rule)
+    except values.ValueRuleError as exc:
+        row = exc.row  # type: ignore[attr-defined]
+        raise at_line(origin, int(lines[row]), f"{column}: {exc}") from None
+
+
 def column_ints(
     chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str, minimum: int = 0
 ) -> np.ndarray:
-    """Parse a CSV column of integers >= ``minimum``; TraceError names the first bad line."""
-    raw = chunk[column]
-    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(values) | (values != np.floor(values)) | (values < minimum)
-    bad |= values > MAX_INT
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        kind = "a non-negative integer" if minimum == 0 else f"an integer >= {minimum}"
-        if values[i] > MAX_INT:
-            kind += " up to 2^53"
-        raise at_line(
-            origin, int(lines[i]), f"{column}: expected {kind}, got {_describe(raw.iloc[i])}"
-        )
-    return values.astype(np.int64)
+    """Parse a CSV column of integers from ``minimum`` to 2^53."""
+    return _column(chunk, lines, column, origin, integer=True, lo=minimum).astype(np.int64)
 
 
-def column_floats(
-    chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str, what: str = "a number"
-) -> np.ndarray:
-    """Parse a CSV column of finite numbers; TraceError names the first bad line."""
-    raw = chunk[column]
-    values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(values)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise at_line(
-            origin, int(lines[i]), f"{column}: expected {what}, got {_describe(raw.iloc[i])}"
-        )
-    return values
+def column_floats(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str) -> np.ndarray:
+    """Parse a CSV column of finite numbers."""
+    return _column(chunk, lines, column, origin)
 
 
 def column_times_ns(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str) -> np.ndarray:

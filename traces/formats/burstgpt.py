@@ -51,7 +51,7 @@ def load(
         return chunk["Session ID"].to_numpy(dtype=object) if "Session ID" in chunk else None
 
     lines, cols, extras = read_csv_columns(path, origin, NAME, REQUIRED, {
-        "arrival": (lambda c, ln: column_floats(c, ln, "Timestamp", origin, "a time in seconds"),
+        "arrival": (lambda c, ln: column_floats(c, ln, "Timestamp", origin),
                     np.float64),
         "prompt": (lambda c, ln: column_ints(c, ln, "Request tokens", origin), np.int64),
         "output": (lambda c, ln: column_ints(c, ln, "Response tokens", origin), np.int64),

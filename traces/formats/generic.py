@@ -91,7 +91,7 @@ def _load_csv(
         path, origin, REQUIRED, OPTIONAL, fmt=NAME, keep=keep_columns
     ):
         add("lines", lines)
-        add("arrival_s", column_floats(chunk, lines, "arrival_s", origin, "a time in seconds"))
+        add("arrival_s", column_floats(chunk, lines, "arrival_s", origin))
         add("prompt_tokens", column_ints(chunk, lines, "prompt_tokens", origin))
         add("output_tokens", column_ints(chunk, lines, "output_tokens", origin))
         if "session_id" in chunk.columns:

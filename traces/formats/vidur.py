@@ -33,7 +33,7 @@ def load(
 ) -> pd.DataFrame:
     """Read a Vidur request trace."""
     lines, cols, extras = read_csv_columns(path, origin, NAME, REQUIRED, {
-        "arrival": (lambda c, ln: column_floats(c, ln, "arrived_at", origin, "a time in seconds"),
+        "arrival": (lambda c, ln: column_floats(c, ln, "arrived_at", origin),
                     np.float64),
         "prompt": (lambda c, ln: column_ints(c, ln, "num_prefill_tokens", origin), np.int64),
         "output": (lambda c, ln: column_ints(c, ln, "num_decode_tokens", origin), np.int64),
