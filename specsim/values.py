@@ -51,7 +51,10 @@ def number(value: Any, *, integer: bool = False, lo: float | None = None,
                 raise ValueRuleError(f"expected an integer, got {show(value, limit)}")
             value = int(value)
     else:
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an int too large for a float (JSON allows 1 and 400 zeros)
+            raise ValueRuleError(f"expected a finite number, got {show(value, limit)}") from None
     top = hi if hi is not None else (INT_HI if integer else None)
     if lo is not None and (value < lo or (exclusive_lo and value == lo)):
         rel = "greater than" if exclusive_lo else "at least"

@@ -278,13 +278,13 @@ BAD_JSONL = [
         "negative",
         '{"timestamp": 5, "input_length": 3, "output_length": 2}\n{"timestamp": 6, "input_length": -3, "output_length": 2}\n',
         2,
-        "input_length: expected a non-negative integer, got -3",
+        "input_length: expected an integer at least 0, got -3",
     ),
     (
         "non-numeric",
         '{"timestamp": 5, "input_length": 3, "output_length": 2}\n\n{"timestamp": 6, "input_length": "3", "output_length": 2}\n',
         3,
-        "input_length: expected a non-negative integer, got '3'",
+        "input_length: expected an integer, got '3'",
     ),
     (
         "unsorted",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 import warnings
 import zlib
@@ -28,7 +27,6 @@ from specsim.traces.errors import TraceError, at_line, names, show
 
 CHUNK_ROWS = 250_000
 #: The largest integer (token count, id) a trace may hold: 2^53, exact in float64.
-MAX_INT = 2**53
 #: What reading a damaged, truncated or non-UTF-8 (gzip) file raises.
 READ_ERRORS = (OSError, UnicodeDecodeError, EOFError, zlib.error)
 #: Prefix block ids are hashes: any int64.
@@ -299,23 +297,15 @@ def json_field(
     return value
 
 
-def is_int(value: Any, minimum: int = 0) -> bool:
-    """A JSON integer (or integral float) from ``minimum`` to 2^53; booleans are not numbers."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return minimum <= value <= MAX_INT
-    return isinstance(value, float) and value.is_integer() and minimum <= value <= MAX_INT
-
-
-def is_number(value: Any) -> bool:
-    """A finite JSON number (booleans excluded; an int too large for a float is not)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
+def json_number(obj: dict[str, Any], key: str, number: int, origin: str, **rule: Any) -> Any:
+    """``obj[key]`` by the shared number rule (``specsim.values.number``); TraceError with the
+    line when absent or wrong."""
+    if key not in obj:
+        raise at_line(origin, number, f"missing field {show(key)}")
     try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
+        return values.number(obj[key], **rule)
+    except values.ValueRuleError as exc:
+        raise at_line(origin, number, f"{key}: {exc}") from None
 
 
 def is_int_list(value: Any) -> bool:

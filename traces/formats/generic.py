@@ -22,12 +22,11 @@ from specsim.traces.reading import (
     column_floats,
     column_ints,
     is_block_id,
-    is_int,
     is_int_list,
-    is_number,
     iter_csv_chunks,
     iter_json_lines,
     json_field,
+    json_number,
 )
 from specsim.traces.schema import DEFAULT_CLASS, DEFAULT_SLO_TIER, blocks_column
 
@@ -163,21 +162,16 @@ def _load_jsonl(
     for number, obj in iter_json_lines(path, origin):
         rows["lines"].append(number)
         rows["arrival_s"].append(
-            json_field(obj, "arrival_s", number, origin, is_number, "a time in seconds")
+            json_number(obj, "arrival_s", number, origin)
         )
         for key in ("prompt_tokens", "output_tokens"):
             rows[key].append(
-                int(json_field(obj, key, number, origin, is_int, "a non-negative integer"))
+                json_number(obj, key, number, origin, integer=True, lo=0)
             )
         for key, default, check, expected in (
-            ("session_id", -1, lambda v: is_int(v, -1), "an integer >= -1"),
-            ("turn", 0, is_int, "a non-negative integer"),
-            (
-                "temperature",
-                float("nan"),
-                lambda v: is_number(v) and v >= 0,
-                "a number >= 0 or null",
-            ),
+            ("session_id", -1, {"integer": True, "lo": -1}, ""),
+            ("turn", 0, {"integer": True, "lo": 0}, ""),
+            ("temperature", float("nan"), {"lo": 0}, ""),
             ("workload_class", DEFAULT_CLASS, lambda v: isinstance(v, str) and v != "", "a name"),
             ("slo_tier", DEFAULT_SLO_TIER, lambda v: isinstance(v, str) and v != "", "a name"),
             ("prefix_block_ids", [], is_int_list, "a list of integers"),
@@ -186,7 +180,9 @@ def _load_jsonl(
                 rows[key].append(default)
             else:
                 seen.add(key)
-                rows[key].append(json_field(obj, key, number, origin, check, expected))
+                rows[key].append(
+                    json_number(obj, key, number, origin, **check) if isinstance(check, dict)
+                    else json_field(obj, key, number, origin, check, expected))
         for c in keep_columns:
             rows["extra:" + c].append(
                 str(json_field(obj, c, number, origin, lambda v: v is not None, "a value"))

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from specsim.traces.formats.common import assemble
-from specsim.traces.reading import is_int, is_int_list, is_number, iter_json_lines, json_field
+from specsim.traces.reading import is_int_list, iter_json_lines, json_field, json_number
 from specsim.traces.schema import blocks_column
 
 NAME = "mooncake"
@@ -41,12 +41,12 @@ def load(
     extras: dict[str, list[Any]] = {c: [] for c in keep_columns}
     for number, obj in iter_json_lines(path, origin):
         lines.append(number)
-        times.append(json_field(obj, "timestamp", number, origin, is_number, "a time in ms"))
+        times.append(json_number(obj, "timestamp", number, origin))
         prompt.append(
-            int(json_field(obj, "input_length", number, origin, is_int, "a non-negative integer"))
+            json_number(obj, "input_length", number, origin, integer=True, lo=0)
         )
         output.append(
-            int(json_field(obj, "output_length", number, origin, is_int, "a non-negative integer"))
+            json_number(obj, "output_length", number, origin, integer=True, lo=0)
         )
         if "hash_ids" in obj:
             ids = json_field(obj, "hash_ids", number, origin, is_int_list, "a list of integers")
