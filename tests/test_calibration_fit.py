@@ -199,8 +199,8 @@ HEADER = "model,hardware,tensor_parallel,batch_size,prompt_len,prefill_ms,decode
 
 @pytest.mark.parametrize("body,needle", [
     ("", "no measurement rows"),
-    ("Llama-3.1-8B,H100-SXM,1,8,abc,10,2\n", "line 2: prompt_len: expected a positive integer"),
-    ("Llama-3.1-8B,H100-SXM,1,8,128,-3,2\n", "line 2: prefill_ms: expected a positive number"),
+    ("Llama-3.1-8B,H100-SXM,1,8,abc,10,2\n", "line 2: prompt_len: expected an integer, got 'abc'"),
+    ("Llama-3.1-8B,H100-SXM,1,8,128,-3,2\n", "line 2: prefill_ms: expected a number greater than 0, got -3"),
     ("Llama-3.1-8B,H100-SXM,1,8,128,,\n", "line 2: expected prefill_ms or decode_ms_per_token"),
     ("NoSuchModel,H100-SXM,1,8,128,10,2\n" * 3, "unknown model 'NoSuchModel'"),
     ("Llama-3.1-8B,H100-SXM,1,8,128,10,2\nLlama-3.1-8B,A100-SXM-80GB,1,8,128,10,2\n",

@@ -29,6 +29,8 @@ import pandas as pd
 import yaml
 from scipy.optimize import least_squares
 
+from specsim import values
+
 from ..calibration import Calibration
 from ..catalog import (
     HardwareSpec,
@@ -336,37 +338,31 @@ def _columns_hint() -> str:
     return f"expected columns: {', '.join(CSV_COLUMNS)}; optional: {', '.join(_OPTIONAL)}"
 
 
-def _shown(value: str) -> str:
-    return "a blank cell" if not value.strip() else repr(value)
-
-
 def _number(path: str, line: int, col: str, value: str, *, integer: bool = False,
             zero: bool = False, blank_ok: bool = False) -> float | None:
-    """A cell as a positive (``zero``: non-negative) finite number, or None when blank and
-    ``blank_ok``; otherwise a one-line CatalogError naming the file, line and column."""
+    """A cell as a positive (``zero``: non-negative) finite number by the shared rule
+    (``specsim.values.number``), or None when blank and ``blank_ok``; otherwise a one-line
+    CatalogError naming the file, line and column."""
     text = value.strip()
     if not text and blank_ok:
         return None
     try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    ok = math.isfinite(v) and (v >= 0 if zero else v > 0)
-    if integer:
-        ok = ok and v == int(v) and v <= _MAX_INT
-    if not ok:
-        kind = "a non-negative" if zero else "a positive"
-        kind += " integer" if integer else " number"
-        if integer and math.isfinite(v) and v > _MAX_INT:
-            kind += " of at most 2^53"
-        if blank_ok:
-            kind += " or a blank cell"
+        if not text:
+            word = "an integer" if integer else "a number"
+            raise values.ValueRuleError(f"expected {word}, got a blank cell")
+        try:
+            cell: Any = float(text)
+        except ValueError:
+            cell = value  # quoted as written: expected a number, got '2x'
+        if isinstance(cell, float) and cell.is_integer() and abs(cell) <= _MAX_INT:
+            cell = int(cell)
+        v = values.number(cell, integer=integer, lo=0, exclusive_lo=not zero)
+    except values.ValueRuleError as exc:
         hint = ""
         if blank_ok and text.lower() in ("nan", "na", "n/a", "null", "none", "-"):
             hint = " (leave the cell blank to skip it)"
-        raise CatalogError(f"{path}: line {line}: {col}: expected {kind}, got {_shown(value)}"
-                           f"{hint}")
-    return v
+        raise CatalogError(f"{path}: line {line}: {col}: {exc}{hint}") from None
+    return float(v)
 
 
 def _positive(path: str, line: int, col: str, value: Any, integer: bool = False,
