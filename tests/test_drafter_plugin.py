@@ -17,13 +17,13 @@ from tests.conftest import make_trace
 
 
 class Toy(Section):
-    """``speculation.toy``: the toy drafter's one setting."""
+    """``speculation.test_toy``: the toy drafter's one setting."""
 
     seconds_per_token: Float(0.0, 1.0) = Field(1e-3, description="per drafted position")
 
 
 class ToyKeys(Section):
-    toy: section(Toy)
+    test_toy: section(Toy)
 
 
 class ToyDrafter(Drafter):
@@ -43,7 +43,7 @@ class ToyDrafter(Drafter):
 @DRAFTERS.register("test_toy", params=ToyKeys, has_weights=True, vllm=("test_toy_vllm",),
                    sglang=("TEST_TOY",))
 def _toy(ctx):
-    return ToyDrafter(ctx.spec["toy"]["seconds_per_token"]), None
+    return ToyDrafter(ctx.spec["test_toy"]["seconds_per_token"]), None
 
 
 def scenario(**spec):
@@ -55,8 +55,8 @@ def scenario(**spec):
 
 def test_a_drafter_registered_in_a_test_runs_a_scenario_naming_it():
     tr = make_trace(20, rate=2.0, output=40)
-    cheap = run_scenario(scenario(toy={"seconds_per_token": 1e-4}), trace=tr)
-    dear = run_scenario(scenario(toy={"seconds_per_token": 5e-3}), trace=tr)
+    cheap = run_scenario(scenario(test_toy={"seconds_per_token": 1e-4}), trace=tr)
+    dear = run_scenario(scenario(test_toy={"seconds_per_token": 5e-3}), trace=tr)
     assert cheap.metrics["speculation"]["method"] == "test_toy"
     assert cheap.metrics["drafted_tokens"] > 0
     assert (cheap.requests["status"] == "completed").all()
@@ -65,14 +65,14 @@ def test_a_drafter_registered_in_a_test_runs_a_scenario_naming_it():
 
 
 def test_the_schema_takes_the_drafters_keys_from_its_registration():
-    sc = schema.validate(scenario(toy={"seconds_per_token": 2e-3}))
-    assert sc.speculation.toy.seconds_per_token == 2e-3
-    assert sc.dump()["speculation"]["toy"] == {"seconds_per_token": 2e-3}
+    sc = schema.validate(scenario(test_toy={"seconds_per_token": 2e-3}))
+    assert sc.speculation.test_toy.seconds_per_token == 2e-3
+    assert sc.dump()["speculation"]["test_toy"] == {"seconds_per_token": 2e-3}
     assert "test_toy" in schema.key_info("speculation.method").choices
-    assert "speculation.toy.seconds_per_token" in schema.number_keys("float")
-    with pytest.raises(ScenarioError, match=r"^speculation\.toy\.seconds_per_token: expected "
+    assert "speculation.test_toy.seconds_per_token" in schema.number_keys("float")
+    with pytest.raises(ScenarioError, match=r"^speculation\.test_toy\.seconds_per_token: expected "
                                             r"a number at most 1, got 5$"):
-        schema.validate(scenario(toy={"seconds_per_token": 5}))
+        schema.validate(scenario(test_toy={"seconds_per_token": 5}))
     with pytest.raises(ScenarioError, match=r"^speculation\.ngram: unknown key for "
                                             r"speculation\.method test_toy .*toy\)$"):
         schema.validate(scenario(ngram={"match_rate": 0.5}))
@@ -80,7 +80,7 @@ def test_the_schema_takes_the_drafters_keys_from_its_registration():
                                             r"chain"):
         schema.validate(scenario(tree={"widths": [2, 1]}))
     # switched off, its keys may stay in the file (as every method's)
-    off = schema.validate(scenario(method="none", toy={"seconds_per_token": 2e-3}))
+    off = schema.validate(scenario(method="none", test_toy={"seconds_per_token": 2e-3}))
     assert off.speculation.method == "none"
 
 
