@@ -83,7 +83,8 @@ def known_keys(mapping: dict[str, Any], keys: list[str] | tuple[str, ...],
 
 
 def column(raw: Any, *, integer: bool = False, lo: float | None = None,
-           hi: float | None = None, blank_ok: bool = False, text_ok: bool = False) -> Any:
+           hi: float | None = None, exclusive_lo: bool = False, blank_ok: bool = False,
+           text_ok: bool = False) -> Any:
     """A whole column (a pandas Series or a sequence) by the rule of ``number``, checked at
     once and returned as a float64 array (callers cast integers); the first bad row raises
     ``ValueRuleError`` with ``number``'s own message and ``exc.row`` (0-based). ``blank_ok``
@@ -111,7 +112,7 @@ def column(raw: Any, *, integer: bool = False, lo: float | None = None,
             bad |= values != np.round(values)
         top = hi if hi is not None else (INT_HI if integer else None)
         if lo is not None:
-            bad |= values < lo
+            bad |= (values <= lo) if exclusive_lo else (values < lo)
         if top is not None:
             bad |= values > top
     hits = np.flatnonzero(bad)
@@ -124,10 +125,11 @@ def column(raw: Any, *, integer: bool = False, lo: float | None = None,
             given = float(values[row])
             given = int(given) if integer and given.is_integer() and abs(given) <= INT_HI else given
         try:
-            if text_ok and given == "":
+            if text_ok and (given is None or given == "" or (isinstance(given, float)
+                                                             and math.isnan(given))):
                 raise ValueRuleError(f"expected {'an integer' if integer else 'a number'}, "
                                      "got an empty field")
-            number(given, integer=integer, lo=lo, hi=hi)
+            number(given, integer=integer, lo=lo, hi=hi, exclusive_lo=exclusive_lo)
             message = f"expected {'an integer' if integer else 'a number'}, got {show(given)}"
         except ValueRuleError as exc:
             message = str(exc)

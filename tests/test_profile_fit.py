@@ -219,7 +219,7 @@ def test_loaders_give_one_line_errors(tmp_path):
         return d
     p = _compute_csv(tmp_path, bad_tokens, "b.csv")
     _one_line_error(load_compute_table, p,
-                    match=r"b\.csv: line 3, column 'num_tokens': expected a positive number, "
+                    match=r"b\.csv: line 3, column 'num_tokens': expected a number, "
                           r"got 'lots'")
 
     def blank(d):
@@ -227,7 +227,7 @@ def test_loaders_give_one_line_errors(tmp_path):
         return d
     p = _compute_csv(tmp_path, blank, "c.csv")
     _one_line_error(load_compute_table, p, match="line 2, column 'time_stats.mlp_act.median': "
-                                                 "expected a number, got an empty cell")
+                                                 "expected a number, got an empty field")
 
     def ungated(d):
         d["use_gated_mlp"] = [True, False]

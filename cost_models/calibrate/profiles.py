@@ -53,6 +53,8 @@ import pandas as pd
 import yaml
 from scipy.optimize import least_squares
 
+from specsim import values
+
 from ..calibration import Calibration
 from ..catalog import (
     HardwareSpec,
@@ -161,22 +163,16 @@ def _require(df: pd.DataFrame, cols: Sequence[str], path: Path, what: str) -> No
 
 
 def _numbers(df: pd.DataFrame, col: str, path: Path, rows: pd.Series | None = None,
-             positive: bool = False) -> np.ndarray:
-    """Column ``col`` as floats; a bad cell is a one-line error naming its CSV line (``df``
-    keeps read_csv's row numbers as its index)."""
+             positive: bool = False, nonneg: bool = False) -> np.ndarray:
+    """Column ``col`` as floats by the shared rule (``specsim.values.column``); a bad cell is
+    a one-line error naming its CSV line (``df`` keeps read_csv's row numbers as its index)."""
     sub = df[col] if rows is None else df.loc[rows, col]
-    vals = pd.to_numeric(sub, errors="coerce")
-    bad = vals.isna() | ~np.isfinite(vals.to_numpy(dtype=np.float64, na_value=np.nan))
-    if positive:
-        bad |= vals <= 0
-    if bad.any():
-        idx = bad[bad].index[0]
-        raw = df.at[idx, col]
-        got = "an empty cell" if pd.isna(raw) else repr(str(raw))
-        need = "a positive number" if positive else "a number"
-        raise CatalogError(f"{path}: line {int(idx) + 2}, column {col!r}: "
-                           f"expected {need}, got {got}")
-    return vals.to_numpy(dtype=np.float64)
+    try:
+        return values.column(sub, text_ok=True, lo=0 if positive or nonneg else None,
+                             exclusive_lo=positive)
+    except values.ValueRuleError as exc:
+        idx = sub.index[exc.row]  # type: ignore[attr-defined]
+        raise CatalogError(f"{path}: line {int(idx) + 2}, column {col!r}: {exc}") from None
 
 
 def _bools(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
@@ -280,17 +276,9 @@ def load_attention_table(path: str | Path) -> pd.DataFrame:
     need += [ATTN_DECODE] if (~prefill).any() else []
     _require(df, need, path, "attention (attention.csv)")
     pre = pd.Series(prefill, index=df.index)
-    nums = {c: _numbers(df, c, path) for c in ATTENTION_COLUMNS[1:]}
-    for c in ("batch_size", "num_tensor_parallel_workers", "n_q_head", "n_kv_head", "n_embd"):
-        if (nums[c] <= 0).any():
-            i = int(np.argmax(nums[c] <= 0))
-            raise CatalogError(f"{path}: line {i + 2}, column {c!r}: expected a positive number, "
-                               f"got {nums[c][i]:g}")
-    for c in ("kv_cache_size", "prefill_chunk_size"):
-        if (nums[c] < 0).any():
-            i = int(np.argmax(nums[c] < 0))
-            raise CatalogError(f"{path}: line {i + 2}, column {c!r}: expected a number >= 0, "
-                               f"got {nums[c][i]:g}")
+    nonneg = ("kv_cache_size", "prefill_chunk_size")
+    nums = {c: _numbers(df, c, path, positive=c not in nonneg, nonneg=c in nonneg)
+            for c in ATTENTION_COLUMNS[1:]}
     bad = (nums["n_embd"] % nums["n_q_head"] != 0) | (nums["n_q_head"] % nums["n_kv_head"] != 0)
     if bad.any():
         i = int(np.argmax(bad))
