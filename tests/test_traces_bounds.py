@@ -286,10 +286,10 @@ def test_gzip_json_lines_with_a_byte_order_mark(tmp_path):
     ("keys", "match"),
     [
         ({"prompt_tokens": float("nan")}, "workload.synthetic.prompt_tokens: expected a number"),
-        ({"shared_prefix_tokens": 1e300}, "up to 2^53, got 1e+300"),
-        ({"requests": 10**400}, "workload.synthetic.requests: expected a positive integer"),
+        ({"shared_prefix_tokens": 1e300}, "at most 9007199254740992, got 1e+300"),
+        ({"requests": 10**400}, "workload.synthetic.requests: expected an integer at most 9007199254740992"),
         ({"output_tokens": {"distribution": "lognormal", "mean": 200, "sigma": 1e300}},
-         "workload.synthetic.output_tokens.sigma: expected a number from 0 to 50, got 1e+300"),
+         "workload.synthetic.output_tokens.sigma: expected a number at most 50, got 1e+300"),
     ],
 )
 def test_odd_numbers_in_a_synthetic_section(keys, match):
@@ -302,7 +302,7 @@ def test_odd_numbers_in_a_synthetic_section(keys, match):
     ("arrival", "match"),
     [
         ({"process": "gamma", "rate": 5, "cv": 1e-300}, None),  # regular gaps
-        ({"process": "gamma", "rate": 5, "cv": 1e4}, "expected a positive number <= 1000"),
+        ({"process": "gamma", "rate": 5, "cv": 1e4}, "expected a number at most 1000"),
         ({"process": "poisson", "rate": 5e-324}, "the arrival times overflow"),
         ({"process": "diurnal", "rate": 1, "period_s": 1e-310}, "at least 1e-06 s"),
     ],

@@ -258,11 +258,11 @@ def test_workload_seed_overrides_the_scenario_seed():
     [
         (
             {"process": "poisson", "rate": -1},
-            "workload.synthetic.arrival.rate: expected a positive number, got -1",
+            "workload.synthetic.arrival.rate: expected a number greater than 0, got -1",
         ),
         (
             {"process": "poisson", "rate": "fast"},
-            "workload.synthetic.arrival.rate: expected a positive number, got 'fast'",
+            "workload.synthetic.arrival.rate: expected a number, got 'fast'",
         ),
         (
             {"process": "gamma", "rate": 1},
@@ -275,7 +275,7 @@ def test_workload_seed_overrides_the_scenario_seed():
         ({"process": "poisson", "rate": 1, "cv": 2}, "workload.synthetic.arrival.cv: unknown key"),
         (
             {"process": "diurnal", "rate": 1, "amplitude": 2},
-            "workload.synthetic.arrival.amplitude: expected a number from 0 to 1, got 2",
+            "workload.synthetic.arrival.amplitude: expected a number at most 1, got 2",
         ),
         (
             {"process": "diurnal", "curve": [0, 0]},
@@ -284,7 +284,7 @@ def test_workload_seed_overrides_the_scenario_seed():
         ({"process": "onoff", "rate": 1, "on_s": 1}, "workload.synthetic.arrival.off_s: missing"),
         (
             {"process": "poisson", "rate": True},
-            "workload.synthetic.arrival.rate: expected a positive number, got True",
+            "workload.synthetic.arrival.rate: expected a number, got True",
         ),
     ],
 )
@@ -307,7 +307,7 @@ def test_arrival_spec_errors_name_the_key(arrival, message):
         ),
         (
             {"distribution": "fixed", "value": 0},
-            "workload.synthetic.prompt_tokens.value: expected a number >= 1, got 0",
+            "workload.synthetic.prompt_tokens.value: expected a number at least 1, got 0",
         ),
         (
             {"distribution": "fixed", "value": 5, "sigma": 1},

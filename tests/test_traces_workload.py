@@ -212,11 +212,11 @@ def test_burstgpt_keep_failed_from_the_scenario(trace_dir):
         ),
         (
             {"trace": {"path": "t.jsonl"}, "speedup": -2},
-            "workload.speedup: expected a positive number, got -2",
+            "workload.speedup: expected a number greater than 0, got -2",
         ),
         (
             {"trace": {"path": "t.jsonl"}, "speedup": "2x"},
-            "workload.speedup: expected a positive number, got '2x'",
+            "workload.speedup: expected a number, got '2x'",
         ),
         (
             {"trace": {"path": "t.jsonl"}, "sped_up": 2},
@@ -228,7 +228,7 @@ def test_burstgpt_keep_failed_from_the_scenario(trace_dir):
         ),
         (
             {"trace": {"path": "t.jsonl"}, "sample": {"fraction": 1.5}},
-            "workload.sample.fraction: expected a positive number <= 1, got 1.5",
+            "workload.sample.fraction: expected a number at most 1, got 1.5",
         ),
         (
             {"trace": {"path": "t.jsonl"}, "sample": {}},
@@ -236,7 +236,7 @@ def test_burstgpt_keep_failed_from_the_scenario(trace_dir):
         ),
         (
             {"trace": {"path": "t.jsonl"}, "max_requests": 2.5},
-            "workload.max_requests: expected a positive integer, got 2.5",
+            "workload.max_requests: expected an integer, got 2.5",
         ),
         (
             {"trace": {"path": "t.jsonl"}, "start_s": 5, "end_s": 2},
@@ -253,7 +253,7 @@ def test_burstgpt_keep_failed_from_the_scenario(trace_dir):
         ({"trace": {"path": "t.jsonl"}, "start_s": 1000}, "workload: no requests left"),
         (
             {"trace": {"path": "t.jsonl"}, "seed": -1},
-            "workload.seed: expected an integer >= 0, got -1",
+            "workload.seed: expected an integer at least 0, got -1",
         ),
         ({"trace": "t.jsonl"}, "workload.trace: expected a mapping of keys, got 't.jsonl'"),
     ],

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specsim import values
 from specsim.messages import show_path
 from specsim.traces.errors import TraceError, show
 
 #: The largest integer a key takes (2^53: exact as a float, far inside int64).
-MAX_INT = 2**53
 
 
 def _show(value: Any) -> str:
@@ -104,20 +104,16 @@ class Section:
                 raise TraceError(f"{self.key(name)}: missing; expected {kind}")
             return default
         value = self.data[name]
-        ok = is_real(value) and is_finite(value)
-        if ok and integer:
-            ok = float(value).is_integer()
-        if ok and positive:
-            ok = value > 0
-        if ok and minimum is not None:
-            ok = value >= minimum
-        if ok and maximum is not None:
-            ok = value <= maximum
-        if ok and integer and abs(value) > MAX_INT:  # counts past 2^53 are not exact
-            ok, kind = False, f"{kind} up to 2^53"
-        if not ok:
-            raise self.error(name, kind, value)
-        return int(value) if integer else float(value)
+        if isinstance(value, Mapping | list | tuple):
+            raise self.error(name, "an integer" if integer else "a number", value)
+        lo, exclusive = minimum, False
+        if positive and (minimum is None or minimum <= 0):
+            lo, exclusive = 0, True
+        try:  # the shared rule: integers stop at 2^53, where a float no longer holds them
+            return values.number(value, integer=integer, lo=lo, hi=maximum,
+                                 exclusive_lo=exclusive)
+        except values.ValueRuleError as exc:
+            raise TraceError(f"{self.key(name)}: {exc}") from None
 
     def integer(self, name: str, default: int | None = None, **kw: Any) -> int | None:
         """An integer (see ``number``)."""
