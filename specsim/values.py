@@ -20,7 +20,10 @@ INT_HI = 2**53
 
 
 class ValueRuleError(ValueError):
-    """A value broke its rule; ``str(exc)`` is the message without the key."""
+    """A value broke its rule; ``str(exc)`` is the message without the key (and ``row``, the
+    0-based row of a column's first bad value)."""
+
+    row: int = 0
 
 
 def bound_text(x: float) -> str:
@@ -123,7 +126,7 @@ def column(raw: Any, *, integer: bool = False, lo: float | None = None,
             given = given.item()
         if text_ok and isinstance(given, str) and np.isfinite(values[row]):
             given = float(values[row])
-            given = int(given) if integer and given.is_integer() and abs(given) <= INT_HI else given
+            given = int(given) if given.is_integer() and abs(given) <= INT_HI else given
         try:
             if text_ok and (given is None or given == "" or (isinstance(given, float)
                                                              and math.isnan(given))):
@@ -134,6 +137,6 @@ def column(raw: Any, *, integer: bool = False, lo: float | None = None,
         except ValueRuleError as exc:
             message = str(exc)
         err = ValueRuleError(message)
-        err.row = row  # type: ignore[attr-defined]
+        err.row = row
         raise err
     return values

@@ -195,7 +195,7 @@ def _column(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str,
     try:
         return values.column(chunk[column], text_ok=True, **rule)
     except values.ValueRuleError as exc:
-        row = exc.row  # type: ignore[attr-defined]
+        row = exc.row
         raise at_line(origin, int(lines[row]), f"{column}: {exc}") from None
 
 

@@ -94,7 +94,7 @@ def _checked(df: pd.DataFrame, column: str, origin: str, **rule: Any) -> np.ndar
     try:
         return values.column(df[column], **rule)
     except values.ValueRuleError as exc:
-        raise TraceError(f"{origin} row {exc.row}: {column}: {exc}") from None  # type: ignore[attr-defined]
+        raise TraceError(f"{origin} row {exc.row}: {column}: {exc}") from None
 
 
 def _as_int_column(df: pd.DataFrame, column: str, origin: str, minimum: int | None) -> np.ndarray:

@@ -171,7 +171,7 @@ def _numbers(df: pd.DataFrame, col: str, path: Path, rows: pd.Series | None = No
         return values.column(sub, text_ok=True, lo=0 if positive or nonneg else None,
                              exclusive_lo=positive)
     except values.ValueRuleError as exc:
-        idx = sub.index[exc.row]  # type: ignore[attr-defined]
+        idx = sub.index[exc.row]
         raise CatalogError(f"{path}: line {int(idx) + 2}, column {col!r}: {exc}") from None
 
 
