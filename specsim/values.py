@@ -124,12 +124,18 @@ def column(raw: Any, *, integer: bool = False, lo: float | None = None,
         given = series.iloc[row]
         if type(given).__module__ == "numpy" and hasattr(given, "item"):
             given = given.item()
-        if text_ok and isinstance(given, str) and np.isfinite(values[row]):
-            given = float(values[row])
-            given = int(given) if given.is_integer() and abs(given) <= INT_HI else given
+        blank_cell = text_ok and (given is None or given == "" or (
+            isinstance(given, float) and math.isnan(given)))  # read_csv's NaN for a blank
+        if text_ok and isinstance(given, str):  # quoted as the number it reads as: nan, -5
+            try:
+                given = float(given)
+            except ValueError:
+                pass  # not a number: quoted as written
+            else:
+                if given.is_integer() and abs(given) <= INT_HI:
+                    given = int(given)
         try:
-            if text_ok and (given is None or given == "" or (isinstance(given, float)
-                                                             and math.isnan(given))):
+            if blank_cell:
                 raise ValueRuleError(f"expected {'an integer' if integer else 'a number'}, "
                                      "got an empty field")
             number(given, integer=integer, lo=lo, hi=hi, exclusive_lo=exclusive_lo)

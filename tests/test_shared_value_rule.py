@@ -11,10 +11,12 @@ import pytest
 import yaml
 
 from specsim import values
+from specsim.cost_models.calibrate.fit import read_measurements
 from specsim.cost_models.calibration import profile_from_dict
 from specsim.cost_models.catalog import get_hardware, hardware_catalog
 from specsim.simulator.cli import main
 from specsim.simulator.speculation.acceptance import parse_profile
+from specsim.traces.loaders import load_trace
 from specsim.traces.schema import validate_trace
 from tests.conftest import REPO
 
@@ -89,3 +91,44 @@ def test_the_same_bad_value_reads_the_same_everywhere(read, key, hi, value, expe
     want = f"{key}: " + expected.format(hi=values.bound_text(hi))
     assert "\n" not in message
     assert message.endswith(want), message
+
+
+# the text files: a trace CSV (its integer column) and calibrate's measurements CSV (a
+# positive time); a number written as text is read, so only the typed values differ
+def _trace_csv(cell: str, tmp_path) -> str:
+    path = tmp_path / "t.csv"
+    path.write_text(f"arrival_s,prompt_tokens,output_tokens\n0,5,{cell}\n")
+    with pytest.raises(ValueError) as info:
+        load_trace(path)
+    return str(info.value)
+
+
+def _measurements_csv(cell: str, tmp_path) -> str:
+    path = tmp_path / "m.csv"
+    path.write_text("model,hardware,tensor_parallel,batch_size,prompt_len,prefill_ms,"
+                    f"decode_ms_per_token\nLlama-3.1-8B,H100-SXM,1,8,128,10,{cell}\n")
+    with pytest.raises(ValueError) as info:
+        read_measurements(path)
+    return str(info.value)
+
+
+CELLS = [
+    ("nan", "expected a finite number, got nan"),
+    ("inf", "expected a finite number, got inf"),
+    ("-1", "expected {what} {rel} 0, got -1"),
+    ("1e300", "expected {what} at most {hi}, got 1e+300"),
+]
+TEXT_PLACES = [  # reader, the key its message names, the rule's words, its upper bound
+    (_trace_csv, "line 2: output_tokens", "an integer", "at least", 2**53),
+    (_measurements_csv, "line 2: decode_ms_per_token", "a number", "greater than", None),
+]
+
+
+@pytest.mark.parametrize("read,key,what,rel,hi,cell,expected", [
+    (*place, *bad) for place in TEXT_PLACES for bad in CELLS
+    if not (place[4] is None and bad[0] == "1e300")])  # a measured time has no upper bound
+def test_text_files_read_the_same(read, key, what, rel, hi, cell, expected, tmp_path):
+    message = read(cell, tmp_path)
+    want = f"{key}: " + expected.format(what=what, rel=rel, hi=hi)
+    assert "\n" not in message
+    assert want in message, message  # (calibrate adds a hint: leave the cell blank)
