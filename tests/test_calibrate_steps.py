@@ -136,3 +136,18 @@ def test_bundled_h200_profile_is_labelled_and_opt_in() -> None:
                           / "H200-SXM-torch-reference.yaml").read_text())
     held = {h["held_out"] for h in doc["fit_quality"]["holdouts"]}
     assert {"model llama-3.1-8b", "model llama-3.2-1b"} <= held
+
+
+def test_a_measured_ceiling_below_the_fits_bounds_is_one_line(tmp_path, capsys):
+    """An info line whose matmul ceiling is 1 TFLOP/s (0.1% of an H200) made scipy's bounded
+    fit raise ValueError (found by the front-door fuzz): refused, naming the file."""
+    from specsim.simulator.cli import main
+
+    path = tmp_path / "steps.jsonl"
+    path.write_text('{"kind": "info", "device": "NVIDIA H200", "matmul_tflops": 1, '
+                    '"copy_gb_s": 4258.9}\n{"kind": "decode", "model": "llama-3.1-8b", '
+                    '"batch": 1, "q": 1, "context": 512, "tokens": 1, "seconds": 0.005}\n')
+    assert main(["calibrate", "--from-steps", str(path), "--out", str(tmp_path / "c.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "below the fit's lower bound" in err, err
+    assert not (tmp_path / "c.yaml").exists()

@@ -1,4 +1,5 @@
-"""Fuzz the other front doors: plan, sweep, replay, acceptance import, calibrate, report.
+"""Fuzz the other front doors: plan, sweep, replay, acceptance import, calibrate
+(--from-measurements, --from-profiles, --from-steps), report.
 
 ``tests/test_scenario_fuzz.py`` covers ``run`` / ``validate`` and ``test_trace_fuzz.py`` the
 trace readers; this file feeds the remaining commands random bad inputs -- space files,
@@ -297,6 +298,44 @@ def test_calibrate_from_profiles_front_door(files, hardware):
         (tmp / "prof").mkdir(exist_ok=True)
         _check(["calibrate", "--from-profiles", str(tmp / "prof"), "--hardware", hardware,
                 "--out", str(tmp / "cal.yaml")])
+
+
+@st.composite
+def steps_file(draw) -> bytes:
+    """A forward-pass table as gpu_steps.py writes it (JSON lines), good rows mixed with bad
+    values, missing keys, bad kinds and plain junk."""
+    if draw(st.integers(0, 4)) == 0:
+        return draw(junk)
+    lines = []
+    if draw(st.booleans()):
+        lines.append(json.dumps({"kind": "info", "device": "NVIDIA H200",
+                                 "matmul_tflops": draw(st.one_of(st.just(807.5), scalars)),
+                                 "copy_gb_s": 4258.9}, default=str))
+    for i in range(draw(st.integers(0, 8))):
+        row: dict[str, Any] = {"kind": draw(st.sampled_from(["decode", "prefill", "verify",
+                                                              "bogus"])),
+                               "model": draw(st.sampled_from(["llama-3.1-8b", "llama-3.2-1b",
+                                                              "nope"])),
+                               "batch": 1 + i, "q": 1 + i % 3, "context": 512 * (1 + i),
+                               "tokens": (1 + i) * (1 + i % 3), "seconds": 0.005 + 0.001 * i}
+        for key in draw(st.lists(st.sampled_from(list(row)), max_size=2, unique=True)):
+            if draw(st.booleans()):
+                row[key] = draw(scalars)
+            else:
+                row.pop(key)
+        lines.append(json.dumps(row, default=str))
+    return ("\n".join(lines) + "\n").encode()
+
+
+@SETTINGS
+@given(data=steps_file(), hardware=st.sampled_from(["H200-SXM", "H100-SXM", "nope", None]))
+def test_calibrate_from_steps_front_door(data, hardware):
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        (tmp / "steps.jsonl").write_bytes(data)
+        argv = ["calibrate", "--from-steps", str(tmp / "steps.jsonl"), "--out",
+                str(tmp / "cal.yaml")]
+        _check(argv + (["--hardware", hardware] if hardware else []))
 
 
 # ---------------------------------------------------------------------------- report

@@ -167,6 +167,13 @@ class StepsData:
         self.steps, self.hardware = steps, hardware
         self.hw = get_hardware(hardware, "--hardware")
         self.caps = ceilings(info or {}, self.hw)
+        floors = {name: low for name, low, _, _ in PARAMS}
+        for name, cap in self.caps.items():  # a ceiling under the fit's own lower bound
+            if cap < floors[name]:
+                raise CatalogError(
+                    f"{path}: info line: the measured ceiling gives {name} at most {cap:.3g} "
+                    f"of {self.hw.name}'s datasheet, below the fit's lower bound "
+                    f"{floors[name]:g}: check matmul_tflops / copy_gb_s (or --hardware)")
         self.models = {}
         for s in steps:
             if s.model not in self.models:
