@@ -57,6 +57,18 @@ def add_calibrate_command(subparsers: argparse._SubParsersAction,
                    help="with --from-profiles: the chip whose tables to fit (h100, a100, or a "
                         "catalog name such as H100-SXM); with --from-steps: the chip timed "
                         "(default: the table's device line)")
+    c.add_argument("--model", metavar="NAME", action="append",
+                   help="time this model's own shape (a catalog name, or a YAML file with one "
+                        "model's catalog fields and name) with random weights: decode/verify "
+                        "over batch x q x context (CUDA graphs on a GPU) and prefill chunks; "
+                        "fit a profile for the device with held-out errors. Repeat for several "
+                        "models (a target and its draft model)")
+    c.add_argument("--layers", type=flags.integer(1, 1024),
+                   help="with --model: time this many layers and scale to the model's depth "
+                        "(default: every layer that fits in half the free memory)")
+    c.add_argument("--steps-out", metavar="FILE",
+                   help="with --model: where the timed passes go (JSON lines; default: the "
+                        "profile's name with -steps.jsonl)")
     c.add_argument("--force", action="store_true",
                    help="replace an existing --out file (never a folder or a link)")
     c.set_defaults(func=cmd_calibrate, simulate_runs=simulate_runs)
@@ -80,6 +92,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         return _cmd_from_profiles(args)
     if getattr(args, "from_steps", None):
         return _cmd_from_steps(args)
+    if getattr(args, "model", None):
+        return _cmd_models(args)
     if args.from_measurements:
         from specsim.outputs import check_file
 
@@ -151,4 +165,26 @@ def _cmd_from_steps(args: argparse.Namespace) -> int:
         print(line)
     write_profile(profile(fit), out, force=args.force)
     print(f"wrote {out}")
+    return 0
+
+
+def _cmd_models(args: argparse.Namespace) -> int:
+    """``--model NAME [--model NAME]``: time the models' shapes here, fit, write."""
+    from . import require_torch
+
+    require_torch()
+    from specsim.outputs import check_file
+
+    from .model_run import calibrate_models, require_device, resolve_model
+
+    for ref in args.model:  # a bad name or file is one line before minutes of timing
+        resolve_model(ref)
+    require_device(args.device)
+    out = Path(args.out or f"calibration-{args.device}-models.yaml")
+    steps_out = Path(args.steps_out or out.with_name(out.stem + "-steps.jsonl"))
+    check_file(out, args.force)
+    check_file(steps_out, args.force, flag="--steps-out")
+    calibrate_models(args.model, args.device, out, steps_out, quick=args.quick,
+                     layers=args.layers, hardware=args.hardware, name=args.name,
+                     dtype=args.dtype or "bf16", force=args.force)
     return 0

@@ -7,7 +7,8 @@ The table is JSON lines, as ``shared/data/gpu_steps/gpu_steps.py`` writes them: 
   ``q`` new tokens each over ``context`` cached ones (decode at q = 1, verify above), the LM
   head over every new token;
 - ``{"kind": "prefill", "model", "batch", "tokens", "seconds"}``: ``batch`` causal
-  sequences of ``tokens / batch`` tokens each, no cache, the LM head once per sequence.
+  sequences of ``tokens / batch`` tokens each, the LM head once per sequence; an optional
+  ``context`` (default 0) makes each a chunk over that many cached tokens (chunked prefill).
 
 Lines with an ``error`` (a pass that ran out of memory) are skipped and counted. Models are
 catalog names (case-insensitive). Each pass is priced by ``ForwardCostModel.time`` with the
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from ..catalog import get_hardware, model_catalog, model_from_dict
+from ..catalog import ModelSpec, get_hardware, model_catalog, model_from_dict
 from ..errors import CatalogError
 from ..roofline import ForwardCostModel, attention_area
 from .profiles import _plain, _precision, _sig, ape_stats, calibration_from, resolve_hardware
@@ -120,7 +121,8 @@ def read_steps(path: str | Path) -> tuple[list[Step], dict[str, Any], int]:
             tokens = _int(rec, "tokens", path, i, batch)
             if tokens % batch:
                 raise _fail(path, i, f"tokens: expected a multiple of batch {batch}, got {tokens}")
-            q, ctx = tokens // batch, 0
+            q = tokens // batch
+            ctx = _int(rec, "context", path, i, 0) if rec.get("context") is not None else 0
         steps.append(Step(i, kind, model, batch, q, ctx, tokens, float(s)))
     if not steps:
         raise CatalogError(f"{path}: no decode or prefill passes (expected JSON lines with "
@@ -162,10 +164,12 @@ def aggregates(steps: list[Step]) -> dict[str, np.ndarray]:
 class StepsData:
     """A table's passes grouped per model, ready to price for any parameter values."""
 
-    def __init__(self, steps: list[Step], hardware: str, path: Path,
-                 info: dict[str, Any] | None = None) -> None:
-        self.steps, self.hardware = steps, hardware
-        self.hw = get_hardware(hardware, "--hardware")
+    def __init__(self, steps: list[Step], hardware: str | Any, path: Path,
+                 info: dict[str, Any] | None = None,
+                 models: dict[str, ModelSpec] | None = None) -> None:
+        # a catalog chip's name, or a HardwareSpec (a CPU measured by calibrate --model)
+        self.hw = get_hardware(hardware, "--hardware") if isinstance(hardware, str) else hardware
+        self.steps, self.hardware = steps, self.hw.name
         self.caps = ceilings(info or {}, self.hw)
         floors = {name: low for name, low, _, _ in PARAMS}
         for name, cap in self.caps.items():  # a ceiling under the fit's own lower bound
@@ -174,10 +178,12 @@ class StepsData:
                     f"{path}: info line: the measured ceiling gives {name} at most {cap:.3g} "
                     f"of {self.hw.name}'s datasheet, below the fit's lower bound "
                     f"{floors[name]:g}: check matmul_tflops / copy_gb_s (or --hardware)")
+        known = {k.lower(): v for k, v in (models or {}).items()}
         self.models = {}
         for s in steps:
             if s.model not in self.models:
-                self.models[s.model] = catalog_model(s.model, path, s.line)
+                self.models[s.model] = (known.get(s.model.lower())
+                                        or catalog_model(s.model, path, s.line))
         self.agg = aggregates(steps)
         self.measured = np.array([s.seconds for s in steps])
         self.model_of = np.array([s.model for s in steps])
@@ -262,8 +268,15 @@ def fit_steps(path: str | Path, hardware: str | None = None, name: str | None = 
     path = Path(path)
     steps, info, skipped = read_steps(path)
     hw = hardware_of(info, hardware)
-    data = StepsData(steps, hw, path, info)
-    n = len(steps)
+    return fit_table(StepsData(steps, hw, path, info), info, skipped, path.name, name)
+
+
+def fit_table(data: StepsData, info: dict[str, Any], skipped: int, label: str,
+              name: str | None = None, how: str = "specsim calibrate --from-steps"
+              ) -> StepsFit:
+    """Fit ``data`` on each training split (each model left out; 5 folds of rows), report
+    the held-out errors, and refit on every row for the profile."""
+    n = len(data.steps)
     everything = np.ones(n, bool)
     holdouts = []
     for model in data.models:
@@ -284,10 +297,10 @@ def fit_steps(path: str | Path, hardware: str | None = None, name: str | None = 
                                   for k in ("decode", "prefill") if (data.kind == k).any()}})
     values = fit(data, everything)
     device = info.get("device", "unknown device")
-    source = (f"{path.name}: {n} timed forward passes on {device} "
-              f"({', '.join(data.models)}), specsim calibrate --from-steps")
-    return StepsFit(values, errors(data, values, everything), holdouts, hw,
-                    name or f"{hw}-steps", source, skipped, n)
+    source = (f"{label}: {n} timed forward passes on {device} "
+              f"({', '.join(data.models)}), {how}")
+    return StepsFit(values, errors(data, values, everything), holdouts, data.hardware,
+                    name or f"{data.hardware}-steps", source, skipped, n)
 
 
 def profile(f: StepsFit, notes: list[str] | None = None) -> dict[str, Any]:
