@@ -6,8 +6,9 @@ endless line, a header repeating one name 300,000 times. Every file therefore go
 through here, under caps checked before (size) or while (inflated bytes, ratio, line
 length) it is read:
 
-- ``read_text`` / ``read_bytes`` / ``load_yaml``: a whole settings file (scenario, space,
-  catalog, profile, acceptance file) or measurement file, its size checked before reading;
+- ``read_text`` / ``read_bytes``: a whole settings file (scenario, space, catalog, profile,
+  acceptance file; ``yamlio.load_file`` reads a YAML one through here) or measurement file,
+  its size checked before reading;
 - ``open_binary`` / ``open_text``: a stream over a trace, inflated when gzip, that counts
   what it yields (inflated bytes, inflation ratio, line length) and stops at a cap;
 - ``check_columns`` / ``csv_header``: a header's names, at most ``COLUMNS`` and each once;
@@ -188,15 +189,6 @@ def read_text(path: str | Path, what: str, cap: Cap = YAML_BYTES, *, noun: str =
               inflate: bool = False) -> str:
     """The UTF-8 text of ``path`` under ``cap``, or a one-line InputError."""
     return decode(read_bytes(path, what, cap, noun=noun, inflate=inflate), str(path), what)
-
-
-def load_yaml(path: str | Path, what: str, *, noun: str = "file",
-              origin: str | None = None) -> Any:
-    """A YAML file parsed by ``specsim.yamlio`` (aliases within budget, no duplicate keys)."""
-    from specsim import yamlio
-
-    text = read_text(path, what, YAML_BYTES, noun=noun)
-    return yamlio.load_checked(text, origin or str(path))
 
 
 # ------------------------------------------------------------------ streams

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from specsim import safe_read
 from specsim.messages import show
 
 FLOAT_TAG = "tag:yaml.org,2002:float"
@@ -135,8 +136,6 @@ def _parse(text: str | bytes, loader: Any, origin: str, budget: int) -> Any:
             return None
         grown = alias_growth(node)
         if grown > budget:
-            from specsim import safe_read
-
             raise safe_read.too_much(origin, f"YAML aliases expand it by {grown:,} nodes",
                                      safe_read.YAML_ALIAS_NODES)
         return parser.construct_document(node)
@@ -145,8 +144,6 @@ def _parse(text: str | bytes, loader: Any, origin: str, budget: int) -> Any:
 
 
 def _parsed(text: str | bytes, loader: Any, origin: str = "YAML") -> Any:
-    from specsim import safe_read
-
     budget = safe_read.limit(safe_read.YAML_ALIAS_NODES)
     key = (text, loader, budget)
     with _PARSED_LOCK:
@@ -187,9 +184,14 @@ def load_checked(text: str | bytes, origin: str) -> Any:
     try:
         return load(text, origin)
     except (yaml.YAMLError, RecursionError) as exc:
-        from specsim import safe_read
-
         raise safe_read.InputError(f"{origin}{problem(exc)}") from None
+
+
+def load_file(path: Any, what: str, *, noun: str = "file", origin: str | None = None) -> Any:
+    """A YAML file read under ``safe_read``'s size cap and parsed by ``load_checked``
+    (aliases within budget, no duplicate keys, a parse error one line naming the file)."""
+    text = safe_read.read_text(path, what, safe_read.YAML_BYTES, noun=noun)
+    return load_checked(text, origin or str(path))
 
 
 if getattr(yaml, "__with_libyaml__", False):

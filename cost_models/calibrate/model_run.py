@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specsim import safe_read
+from specsim import yamlio
 
 from ..catalog import ModelSpec, model_from_dict
 from ..errors import CatalogError
@@ -26,7 +26,7 @@ def resolve_model(ref: str) -> ModelSpec:
     plus ``name`` (a model the catalog lacks)."""
     p = Path(ref)
     if p.suffix.lower() in (".yaml", ".yml"):
-        entry = safe_read.load_yaml(p, "a model entry (YAML)")
+        entry = yamlio.load_file(p, "a model entry (YAML)")
         if not isinstance(entry, dict):
             raise CatalogError(f"{p}: expected a mapping of the catalog's model fields")
         entry = dict(entry)

@@ -112,11 +112,11 @@ def bundled_path() -> Path:
 def load_sources(path: str | Path | None = None) -> dict[str, Source]:
     """The data file's entries by id (the bundled file when ``path`` is None). A file that
     is not what is expected raises one line naming the file and the key."""
-    from specsim import safe_read  # lazy: specsim.safe_read imports the catalogs' errors
+    from specsim import yamlio  # lazy: specsim.safe_read imports the catalogs' errors
 
     p = bundled_path() if path is None else Path(path)
     origin = str(path) if path is not None else f"bundled {FILE_NAME}"
-    data = safe_read.load_yaml(p, "a YAML table of speculation step costs", origin=origin)
+    data = yamlio.load_file(p, "a YAML table of speculation step costs", origin=origin)
     return sources_from_dict(data, origin)
 
 

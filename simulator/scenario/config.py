@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from specsim import safe_read, yamlio
+from specsim import yamlio
 from specsim.errors import ScenarioError
 from specsim.simulator.scenario import schema
 from specsim.simulator.scenario.schema import Scenario, show
@@ -84,7 +84,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     """A scenario file's top-level mapping, read by ``specsim.safe_read`` (size cap, alias
     budget, no duplicate keys; the project loader: ``1e3`` is a number)."""
     path = Path(path)
-    data = safe_read.load_yaml(path, "a YAML scenario", noun="scenario file")
+    data = yamlio.load_file(path, "a YAML scenario", noun="scenario file")
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: expected a mapping of scenario keys at the top level")
     return data

@@ -388,9 +388,9 @@ def load_profile_file(ref: str, base_dir: Path | None, where: str) -> tuple[str,
     if not path.is_file():
         raise ScenarioError(f"{where}.profile: no acceptance profile file {path_s!r}"
                             + (f" (looked in {base_dir})" if base_dir is not None else ""))
-    from specsim import safe_read  # size cap, alias budget, no duplicate keys
+    from specsim import yamlio  # size cap, alias budget, no duplicate keys
 
-    cat = safe_read.load_yaml(path, "a YAML acceptance profile", origin=path_s)
+    cat = yamlio.load_file(path, "a YAML acceptance profile", origin=path_s)
     if not isinstance(cat, dict) or not cat or not all(isinstance(v, dict) for v in cat.values()):
         raise ScenarioError(f"{path_s}: expected a mapping of profile name -> {{method, source, "
                             "classes}} (as written by `specsim acceptance import`)")
