@@ -25,22 +25,22 @@ def scenario(**spec):
         "scheduler": {"max_batch": 64, "token_budget": 256, "chunked_prefill": True},
         "router": {"policy": "round_robin"},
         "workload": {},
-        "simulation": {"progress": False, "compiled": False},
+        "simulation": {"progress": False},
     }
 
 
 def _chunked_plans(monkeypatch) -> list[int]:
     """Counts segments planned through chunks (more than one step, a prefill going on)."""
     seen: list[int] = []
-    plan = kernel_mod.Kernel.plan
+    make = kernel_mod._segment  # every plan's Segment (Kernel.plan and Kernel.fused)
 
-    def spy(self, shape, now, steps, fixed_k):
-        seg = plan(self, shape, now, steps, fixed_k)
+    def spy(*args):
+        seg = make(*args)
         if seg.pre_steps is not None and seg.m > 1:
             seen.append(seg.m)
         return seg
 
-    monkeypatch.setattr(kernel_mod.Kernel, "plan", spy)
+    monkeypatch.setattr(kernel_mod, "_segment", spy)
     return seen
 
 
@@ -100,9 +100,8 @@ def test_chunks_under_kv_pressure_with_recomputed_prefills(monkeypatch):
 def test_chunked_segments_cut_the_plans(monkeypatch):
     """The point of it: far fewer plans than iterations when prompts span many chunks."""
     plans = []
-    plan = kernel_mod.Kernel.plan
-    monkeypatch.setattr(kernel_mod.Kernel, "plan",
-                        lambda self, *a: plans.append(1) or plan(self, *a))
+    make = kernel_mod._segment  # every plan's Segment (Kernel.plan and Kernel.fused)
+    monkeypatch.setattr(kernel_mod, "_segment", lambda *a: plans.append(1) or make(*a))
     tr = make_trace(40, gap=2.0, prompt=3000, output=20, seed=1)
     res = run_scenario(scenario(), trace=tr)
     # one prompt at a time: 12 chunks of 256 tokens each, then 20 tokens of decode
@@ -115,7 +114,7 @@ def test_compiled_runs_plan_and_commit_chunked_segments_and_agree_with_pure(case
                                                                            monkeypatch):
     """The compiled kernel plans and commits segments through chunks (first tokens in
     later steps, recomputed prompts' gaps from their last delivery, partial commits when an
-    arrival cuts a segment): the same bits as the numpy kernel."""
+    arrival cuts a segment): the same bits as the pure-Python versions of its functions."""
     pytest.importorskip("numba")
     from specsim.simulator.execution import kernel_jit
 
@@ -139,7 +138,7 @@ def test_compiled_runs_plan_and_commit_chunked_segments_and_agree_with_pure(case
             chunked_commits.append(args[0])  # the first step committed
         return real(*args)
 
-    pure = run_scenario(sc, trace=tr)
+    pure = run_scenario(sc, trace=tr, overrides={"simulation.compiled": False})
     monkeypatch.setattr(kernel_jit, "_commit", spy)
     compiled = run_scenario(sc, trace=tr, overrides={"simulation.compiled": True})
     assert pure.metrics["iterations"] > 150

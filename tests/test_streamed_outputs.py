@@ -80,7 +80,7 @@ def test_a_run_killed_mid_way_leaves_nothing_in_out(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "specsim.simulator.cli", "run", str(CHAT), "--quiet",
-         "--set", "workload.synthetic.requests=300000", "--set", "simulation.compiled=false",
+         "--set", "workload.synthetic.requests=300000",
          "--out", str(out)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
@@ -110,13 +110,13 @@ def test_rows_held_in_memory_never_exceed_a_chunk(tmp_path, monkeypatch):
 
     monkeypatch.setattr(iteration_log, "CHUNK_ROWS", 300)
     held: list[tuple[int, int]] = []
-    add = Metrics.add_iterations
+    add = Metrics.rows_added
 
-    def spy(self, m, **cols):
-        add(self, m, **cols)
+    def spy(self, m):
+        add(self, m)
         held.append((self._n, len(self._buf)))
 
-    monkeypatch.setattr(Metrics, "add_iterations", spy)
+    monkeypatch.setattr(Metrics, "rows_added", spy)
     assert main(["run", str(CHAT), "--quiet", "--set", "workload.synthetic.requests=400",
                  "--out", str(tmp_path / "o"), "--no-report"]) == 0
     rows = len(iteration_log.read_log(tmp_path / "o"))

@@ -96,10 +96,9 @@ class Worker:
         self._through = False  # the current segment runs through arrivals (blocked queue)
         self._wake = None  # an idle worker waits on this
         self._planned_steps = 16  # adaptive segment length (speed only, never results)
-        # the scheduler's step 0 and the kernel's plan as one compiled call, where that
-        # gives the same bits (Compiled.fused says where); None: the Python path
-        jit = getattr(kernel, "_jit", None)
-        self._fused = jit.fused(self) if jit is not None else None
+        # the scheduler's step 0 and the kernel's plan as one call, where that gives the
+        # same bits (Kernel.fused says where); None: the scheduler's shape, then a plan
+        self._fused = kernel.fused(self)
         # plug-ins the compiled kernel has no copy of (they run in Python): the run's notes
         self.notes = plugin_notes(self)
         self.process = env.process(self.loop())

@@ -1,60 +1,50 @@
 """The iteration kernel: plan S iterations of one worker's batch as (steps x rows) arrays.
 
-Every iteration of every worker goes through ``plan_segment`` and ``commit``: the
-step-by-step path is a segment of one step, the multi-step fast path a segment of many.
-Step 0 takes its shape from the batch scheduler (draft length per row, prefill chunks,
-KV already made to fit); later steps decode with the speculation policy's fixed draft
-length, capped so no row overshoots its requested output, and a prompt still left in
-chunks gets what the decode rows leave of the token budget (``_chunk_steps``; the segment
-then ends where the first such prompt completes). Acceptance draws are keyed
-by (request, target step), so any prefix of a segment equals the same steps run one by one:
-a worker can commit a segment partly (when a router or a client needs its state at time t)
-and plan the rest again.
+Every iteration of every worker goes through ``plan`` and ``commit``: the step-by-step path
+is a segment of one step, the multi-step fast path a segment of many. Step 0 takes its
+shape from the batch scheduler (draft length per row, prefill chunks, KV already made to
+fit); later steps decode with the speculation policy's fixed draft length, capped so no row
+overshoots its requested output, and a prompt still left in chunks gets what the decode
+rows leave of the token budget (the segment then ends where the first such prompt
+completes). Acceptance draws are keyed by (request, target step), so any prefix of a
+segment equals the same steps run one by one: a worker can commit a segment partly (when a
+router or a client needs its state at time t) and plan the rest again.
+
+The rules are written once, in ``kernel_jit.py``, as loops numba compiles; this class binds
+them to a worker: what each call reads and writes, and the Python hooks a plug-in runs
+through (``execution/plugins.py`` names them in the run's notes):
+
+- pricing: a drafter, cost model or executor the kernel has no data for (a plug-in, a
+  mixture-of-experts model, drafters per class) is priced by ``Executor.price`` between
+  the compiled plan and the compiled timing (``_price_hook``);
+- acceptance: a plug-in acceptance model's ``accepted`` runs inside the plan's loop, so
+  that worker runs the pure-Python versions of the same functions;
+- the ledger: a plug-in ledger's ``add`` is given the committed steps;
+- a plug-in drafter's ``verify_width`` is tabulated over every draft length.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+import operator
 
 import numpy as np
 
-from specsim.cost_models.roofline import attention_area
-from specsim.simulator import rng
 from specsim.simulator.execution.segment import Segment, StepShape
+from specsim.simulator.metrics.iteration_log import ITER, ITER_COLUMNS
 
 # iteration-log columns of a scenario that drafts (after ITER_COLUMNS and the KV tiers'):
 # per iteration, Segment.spec_alloc and Segment.spec_free summed over the worker's rows
 SPEC_ITER_COLUMNS = ("spec_taken_blocks", "spec_freed_blocks")
 
 
-#: ``simulation.compiled: auto`` compiles only runs at least this long: below it numba's
-#: import and cache load (about 0.3 s) cost more than the loop saves (measured: a wash at
-#: 1,000 requests of chat or the Azure replay, 0.3 s saved at 2,000; the same bits either way)
-AUTO_MIN_REQUESTS = 1500
-
-
-_many_runs = False  # inside ``many_runs()``
-
-
-@contextmanager
-def many_runs(on: bool = True):
-    """Within it, ``simulation.compiled: auto`` compiles runs of any length: a caller that
-    runs many scenarios in one process (a sweep's worker, the planner's probes) pays numba's
-    fixed cost once and gains on every run after (results are the same bits either way)."""
-    global _many_runs
-    before, _many_runs = _many_runs, bool(on) or _many_runs
-    try:
-        yield
-    finally:
-        _many_runs = before
-
-
-def _compiled(kernel, mode: bool | str):
-    """The compiled kernel for ``simulation.compiled`` (auto: when numba is installed and
-    the run is long enough to gain, or is one of many in this process)."""
-    if mode is False or (mode == "auto" and kernel.t.n < AUTO_MIN_REQUESTS
-                         and not _many_runs):
-        return None
+def compiled_backend(mode: bool | str) -> bool:
+    """Whether ``simulation.compiled`` runs the kernel compiled: ``true`` (numba needed),
+    ``auto`` (when numba is installed: a core dependency), ``false`` (the pure-Python
+    versions of the same functions, several times slower; for stepping through the
+    kernel in a debugger). ``auto`` compiles every run, however short: the pure-Python
+    kernel is slower than numba's cache load from the first hundred requests on."""
+    if mode is False:
+        return False
     import importlib.util
 
     if importlib.util.find_spec("numba") is None:
@@ -63,10 +53,8 @@ def _compiled(kernel, mode: bool | str):
 
             raise ScenarioError("simulation.compiled: true needs numba (pip install numba), "
                                 "which is not installed; use auto or false")
-        return None
-    from specsim.simulator.execution import kernel_jit
-
-    return kernel_jit.Compiled(kernel)
+        return False
+    return True
 
 
 class Kernel:
@@ -74,6 +62,10 @@ class Kernel:
 
     def __init__(self, table, executor, acceptance, alpha_table, drafter, block_size: int,
                  kv_total: int, compiled: bool | str = "auto") -> None:
+        from specsim.simulator.execution import kernel_jit as kj
+        from specsim.simulator.speculation import drafters as dr
+        from specsim.simulator.speculation.acceptance import AcceptanceModel
+
         self.t = table
         self.executor = executor
         self.acceptance = acceptance
@@ -96,216 +88,191 @@ class Kernel:
         self.reason_iterations: dict[int, int] = {}
         self.reason_changes = 0
         self.last_reason: int | None = None
-        # simulation.compiled: the same plan and commit compiled with numba (kernel_jit.py)
-        self._jit = _compiled(self, compiled)
+        # hooks: a plug-in acceptance model samples inside the plan's loop (pure Python)
+        own = (getattr(type(acceptance), "accepted", None) is AcceptanceModel.accepted
+               and "accepted" not in vars(acceptance))
+        self._accepted = None if own else acceptance.accepted
+        self.compiled = compiled_backend(compiled) and own
+        self.fn = kj.functions(self.compiled)
+        self._kj = kj
+        # the verify width of each draft length: a chain (k + 1), a tree's, or a drafter's
+        # own ``verify_width`` tabulated over every length
+        tree = getattr(drafter, "tree", None)
+        if not kj.same(drafter, dr.Drafter, "verify_width"):
+            self.widths = kj.frozen(drafter.verify_width(np.arange(dr.MAX_DEPTH + 1)),
+                                    np.int64)
+        elif tree is not None:
+            self.widths = kj.frozen(tree.widths, np.int64)
+        else:
+            self.widths = _EMPTY_I
+        self.use_tree = len(self.widths) > 0
+        self._pricing = None  # built at the first plan: (args...) or False (the hook)
+        self._ledger = None  # (the ledger last asked about, whether it is the built-in one)
+        self._commit_static = None  # (ledger, cls_idx, the commit's unchanging arguments)
+        self._src = None  # the columns the plan only reads, and their read-only views
+        self._ro = ()
+
+    def _read(self, t, shared):
+        """Read-only views of what the plan only reads (remade if the table's change)."""
+        src = (t.output, t.match_key, t.accept_key, t.cls_idx, t.alpha_scale, shared,
+               self.alpha_table)
+        if self._src is None or any(map(operator.is_not, src, self._src)):
+            self._src = src
+            self._ro = tuple(_EMPTY_I if a is None else self._kj.frozen(a) for a in src)
+        return self._ro
+
+    # ------------------------------------------------------------------ plan
+    def _price_args(self):
+        """The executor and drafter as data for the compiled pricing, or False where the
+        Python pricing hook prices (a plug-in, an MoE model, drafters per class)."""
+        if self._pricing is None:
+            from specsim.simulator.execution.executor import Executor
+
+            kj, ex = self._kj, self.executor
+            tp = kj.cost_params(ex.target) if type(ex) is Executor and kj.same(
+                ex, Executor, "price") else None
+            dk = kj.drafter_data(ex.drafter) if tp is not None else None
+            if dk is None:
+                self._pricing = False
+            else:
+                c = ex.target.cal
+                cal = kj.frozen([c.engine_fixed_s, c.engine_per_seq_s, c.engine_per_prefill_s,
+                                 c.spec_step_overhead_s, c.spec_seq_overhead_s,
+                                 c.spec_token_overhead_s], np.float64)
+                tree = getattr(ex.drafter, "tree", None)
+                pass_rows = (kj.frozen(tree.pass_rows, np.int64) if tree is not None
+                             else _EMPTY_I)
+                self._pricing = (tp, cal, bool(ex.speculating), bool(ex.overlap), dk[0],
+                                 dk[1], bool(ex.drafter.prefills), pass_rows, dk[2])
+        return self._pricing
+
+    def _rows_alpha(self, rows):
+        """Drafters per class: each row's conditional alphas from its drafter's profile."""
+        d = self.drafter
+        if not d.per_class:
+            return _EMPTY_F2, False
+        from specsim.simulator.speculation.drafters import MAX_DEPTH
+
+        return self._kj.frozen(d.row_alpha(rows, self.t.cls_idx[rows], MAX_DEPTH),
+                               np.float64), True
 
     def plan(self, shape: StepShape, now: float, steps: int, fixed_k: int | None) -> Segment:
         """Plan up to ``steps`` iterations starting at ``now`` (1 unless ``fixed_k`` is set)."""
         chunking = shape.chunking and steps > 1 and fixed_k is not None
-        if self._jit is not None and self._jit.plans:
-            return self._jit.plan(shape, now, steps, fixed_k, chunking)
-        t, rows = self.t, shape.rows
-        B = len(rows)
+        t, d, fn = self.t, self.drafter, self.fn
+        rows = shape.rows
+        pre0 = shape.prefill
+        has_pre = bool(pre0.any())
         S = steps if fixed_k is not None and steps > 1 else 1
-        pre0, done0 = shape.prefill, shape.completes
-        has_pre = bool(pre0.any())  # most segments are pure decode: skip the prefill rules
-        # rows whose prompt goes on in chunks after step 0 (a segment through chunks)
-        cont = pre0 & ~done0 if chunking else None
-        gen0 = t.generated[rows]
-        left0 = t.output[rows] - gen0
-        if S > 1:
-            S = max(min(S, int(left0.max()) + 1), 1)
-        # target-step counter of each row at each step (the key of its draws): step 0 counts
-        # for decode rows and for a recomputed prefill that completes (it emits a token)
-        count0 = ~pre0 | (done0 & (gen0 > 0))
-        steps0 = t.steps[rows]
-        if S > 1:
-            sidx = np.empty((S, B), np.uint64)
-            sidx[0] = steps0
-            sidx[1:] = (steps0 + count0)[None, :] + np.arange(S - 1)[:, None]
-        else:
-            sidx = steps0[None, :].astype(np.uint64)
-        K = int(fixed_k or 0)
-        kfull = np.empty((S, B), np.int64)
-        kfull[0] = shape.k
-        if S > 1:
-            kfull[1:] = K
-            if not self.drafter.proposes_always and K > 0:
-                um = rng.uniform(t.match_key[rows][None, :], sidx[1:])
-                kfull[1:] = np.where(um <= self.drafter.match_rate, K, 0)
-        if cont is not None and S > 1 and cont.any():
-            kfull[1:, cont] = 0  # a prefilling row drafts nothing
-        else:
-            cont = None
-        kmax = int(kfull.max()) if kfull.size else 0
-        if kmax > 0:
-            if self.drafter.per_class:  # drafters per class: each row's own
-                cond = self.drafter.row_alpha(rows, t.cls_idx[rows], kmax)  # (uncompiled)
+        shared = self.shared
+        kept = self.kv_limit_kept
+        output, match_key, accept_key, cls_idx, alpha_scale, shared_ro, alpha_table = (
+            self._read(t, shared))
+        row_alpha, use_rows = self._rows_alpha(rows)
+        args = (np.asarray(rows, np.int64), np.asarray(shape.k, np.int64),
+                np.asarray(shape.chunk, np.int64), np.asarray(pre0, np.bool_),
+                np.asarray(shape.completes, np.bool_), S, int(fixed_k or 0), has_pre,
+                t.generated, output, t.steps, match_key, accept_key, cls_idx, alpha_scale,
+                t.kv_len, t.blocks, shared_ro, shared is not None, int(self.kv_total),
+                int(self.kv_limit), int(kept) if kept is not None else 0, kept is not None,
+                alpha_table, bool(d.proposes_always), float(d.match_rate), self.widths,
+                self.use_tree, int(self.bs), bool(chunking), int(shape.budget),
+                t.prefill_target, bool(getattr(t, "hands_off", False)), row_alpha, use_rows)
+        pr = self._price_args()
+        with _quiet(self.compiled):
+            if pr and self._accepted is None:
+                S, m, Ia, Bo, Iv, F = fn.plan_priced(*args, float(now), *pr)
+                (dt, draft, verify, flops, nbytes, dflops, dbytes, tokens, pf_tokens, start,
+                 end) = F
             else:
-                cond = np.minimum(self.alpha_table[t.cls_idx[rows], :kmax]
-                                  * t.alpha_scale[rows, None], 1.0)
-            u = rng.uniform(t.accept_key[rows][None, :], sidx)  # (S, B)
-            afull = self.acceptance.accepted(u, cond, kfull)
-        else:
-            afull = np.zeros((S, B), np.int64)
-        efull = afull + 1
-        if has_pre:
-            efull[0] = np.where(pre0, done0, efull[0])
+                S, m, Ia, Bo, Iv, ctx, Fa = fn.plan(*args, self._accepted)
+                tokens, pf_tokens = Fa[0], Fa[4]
+                dt, draft, verify, flops, nbytes, dflops, dbytes = self._price_hook(
+                    shape, has_pre, Ia[0], ctx, Fa, Iv[1])
+                start, end = np.empty(S), np.empty(S)
+                fn.times(float(now), np.asarray(dt, np.float64), start, end)
+        return _segment(rows, pre0, chunking, S, m, Ia, Bo, Iv, dt, draft, verify, flops,
+                        nbytes, dflops, dbytes, tokens, pf_tokens, start, end)
 
-        def emissions():  # tokens each row may emit per step, given ``efull``
-            before = np.minimum(np.cumsum(efull, axis=0) - efull, left0[None, :])
-            left = left0[None, :] - before
-            alive = left > 0  # a finished row leaves the batch: no tokens, no KV after its end
-            k = np.minimum(kfull, np.maximum(left - 1, 0))
-            return left, alive, k, np.minimum(afull, k)
-
-        left, alive, k, acc = emissions()
-        pre = ch = comp = None
-        last = S - 1  # the last step a chunked segment may run (where a prompt completes)
-        if cont is not None:  # the chunk schedule from the decode rows' widths, then again
-            q = np.where(alive, self.drafter.verify_width(k), 0)
-            pre, ch, comp, last = self._chunk_steps(shape, cont, q, S)
-            efull[1:, cont] = comp[1:, cont]  # the completing chunk emits one token
-            left, alive, k, acc = emissions()
-        emit = np.where(alive, acc + 1, 0)
-        q = np.where(alive, self.drafter.verify_width(k), 0)
-        if pre is not None:
-            emit = np.where(pre, comp, emit)
-            q = np.where(pre, ch, q)
-            kv_add = np.where(pre, ch, emit)
-        else:
-            if has_pre:
-                emit[0] = np.where(pre0, done0, emit[0])
-                q[0] = np.where(pre0, shape.chunk, q[0])
-            kv_add = emit.copy()
-            if has_pre:
-                kv_add[0] = np.where(pre0, shape.chunk, emit[0])
-        finishing = alive & (left == emit)
-        n_alive = alive.sum(axis=1)
-        ok = n_alive > 0  # once every row is done the worker idles
-        # KV: blocks held before each step, needed during it, kept after it (0 once done)
-        bs = self.bs
-        kvb = t.kv_len[rows][None, :] + np.cumsum(kv_add, axis=0) - kv_add
-        kvp = kvb if self.shared is None else kvb - self.shared[rows][None, :]
-        need = -(-(kvp + q) // bs)
-        held = -(-kvp // bs)
-        blocks0 = t.blocks[rows]
-        held[0] = blocks0
-        if S > 1 and has_pre:  # a prefill keeps its reserve
-            held[1] = np.where(pre0, np.maximum(blocks0, need[0]), held[1])
-        if pre is not None:  # ... through its chunks: each step holds what the last did
-            cc = np.flatnonzero(cont)
-            kept_c = np.maximum.accumulate(
-                np.maximum(need[:last + 1, cc], blocks0[cc][None, :]), axis=0)
-            held[1:last + 1, cc] = kept_c[:-1]
-        during_rows = np.where(alive, np.maximum(held, need), 0)
-        after_rows = np.minimum(during_rows, -(-(kvp + kv_add) // bs))
-        if pre is not None:
-            after_rows = np.where(pre, during_rows, after_rows)
-        elif has_pre:
-            after_rows[0] = np.where(pre0, during_rows[0], after_rows[0])
-        after_rows[finishing] = 0
-        during = during_rows.sum(axis=1)
-        if S > 1:
-            if self.shared is None:
-                ok[1:] &= during[1:] <= self.kv_total
-            else:
-                ok[1:] &= during[1:] <= self.kv_limit
-                if self.kv_limit_kept is not None:
-                    kept = np.cumsum(np.where(finishing, during_rows, 0).sum(axis=1))
-                    ok[1:] &= during[1:] + kept[:-1] <= self.kv_limit_kept
-        # price every step: drafting + one verification pass over every row's q tokens
-        ctx = np.where(alive, kvb, 0).astype(np.float64)
-        qf = q.astype(np.float64)
-        tokens = qf.sum(axis=1)
-        area = attention_area(qf, ctx)
-        qc = area.sum(axis=1)
-        csum = ctx.sum(axis=1)
-        logits = tokens.copy()
-        pf_tokens = np.zeros(S)
-        pf_qc = np.zeros(S)
-        if pre is not None:  # token counts: exact in any order of summation
-            pf_tokens = np.where(pre, qf, 0.0).sum(axis=1)
-            pf_qc = np.where(pre, area, 0.0).sum(axis=1)
-            logits = tokens - pf_tokens + (pre & comp).sum(axis=1)
-        elif has_pre:
-            pf_tokens[0] = float(qf[0, pre0].sum())
-            pf_qc[0] = float(area[0, pre0].sum())
-            logits[0] = tokens[0] - pf_tokens[0] + float((done0 & pre0).sum())
-        seqs = (q > 0).sum(axis=1)
-        chunks = np.zeros(S)
-        if pre is not None:
-            chunks = (pre & (q > 0)).sum(axis=1).astype(np.float64)
-        elif has_pre:
-            chunks[0] = float((pre0 & (q[0] > 0)).sum())
+    def _price_hook(self, shape, has_pre, k, ctx, Fa, seqs):
+        """The Python executor prices the plan (``Executor.price``), where the kernel has
+        no data for the drafter or cost model (``_price_args``) or samples acceptance in
+        Python: per step (seconds, draft s, verify s, FLOPs, bytes, draft FLOPs, bytes)."""
+        tokens, qc, csum, logits, pf_tokens, pf_qc, chunks = Fa
         if self.drafter.per_class:  # drafters per class: whose rows these are
-            self.drafter.bind(rows, np.where(pre0, q[0], 0) if has_pre else None)
-        dt, draft, verify, flops, nbytes, dflops, dbytes = self.executor.price(
-            k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunks)
-        end = now + np.cumsum(dt)
-        start = end - dt
-        m = int(np.argmin(ok)) if not ok.all() else S
-        if pre is not None:
-            m = min(m, last + 1)
-            if getattr(t, "hands_off", False):  # finished rows move on (PD prefill pool)
-                fin = np.flatnonzero(finishing[:m].any(axis=1))
-                if len(fin):
-                    m = int(fin[0]) + 1
-        seg = Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc, emit,
-                      kv_add, count0, alive, finishing, during, after_rows, pre0,
-                      pre0 & done0 & (gen0 == 0), max(m, 1), dflops, dbytes, pf_tokens)
-        # speculative KV, over rows that draft (k > 0) and go on (a finishing row frees
-        # everything): the blocks each step took for its draft + bonus tokens, and those of
-        # rejected drafts, returned after the step
-        dec = alive & ~finishing & (k > 0)
-        if pre is not None:
-            dec &= ~pre
-        elif has_pre:
-            dec[0] &= ~pre0
-        # (a block held before the step, e.g. admission's spare one, is not a draft's)
-        seg.spec_free = np.where(dec, np.maximum(during_rows - np.maximum(after_rows, held), 0),
-                                 0).sum(axis=1)
-        seg.spec_alloc = np.where(dec, during_rows - held, 0).sum(axis=1)
-        if pre is not None:
-            done = pre & comp
-            seg.pre_steps = pre
-            seg.first_steps = done & (gen0 == 0)[None, :]
-            # a target step: decoding, or a recomputed prompt completing (it emits a token)
-            seg.counted = alive & (~pre | (done & (gen0 > 0)[None, :]))
-        return seg
+            self.drafter.bind(shape.rows, np.where(shape.prefill, shape.chunk, 0)
+                              if has_pre else None)
+        pr = self._price_args()
+        if pr:  # (acceptance sampled in Python; priced as the compiled plan is)
+            out = np.empty((7, len(tokens)))
+            self.fn.price(len(tokens), k.shape[1], k, ctx, tokens, qc, csum, logits, pf_tokens,
+                          pf_qc, seqs, chunks, *pr, out)
+            return tuple(out)
+        return self.executor.price(k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc,
+                                   seqs, chunks)
 
-    def _chunk_steps(self, shape: StepShape, cont: np.ndarray, q: np.ndarray, S: int):
-        """Prefill chunks of steps 1.. for the rows in ``cont`` (prompts not finished in
-        step 0), as the batch scheduler would give them: each step's budget less the decode
-        rows' tokens (``q``, their verify widths), in admission order. The first such row
-        takes all of it until its prompt completes in step ``last``; there the others get
-        what it leaves. Returns the (S, B) masks of prefilling and completing rows, the
-        chunks and ``last`` (S - 1 when no prompt completes within S steps)."""
-        t, rows = self.t, shape.rows
-        B = len(rows)
-        cc = np.flatnonzero(cont)
-        rem = (t.prefill_target[rows] - t.kv_len[rows] - shape.chunk)[cc]  # after step 0
-        room = np.maximum(shape.budget - np.where(cont[None, :], 0, q[1:]).sum(axis=1), 0)
-        cum = np.cumsum(room)
-        j = int(np.searchsorted(cum, rem[0], side="left"))  # step j + 1 completes the first
-        last = j + 1 if j < S - 1 else S - 1
-        ch = np.zeros((S, B), np.int64)
-        ch[0] = shape.chunk
-        ch[1:last + 1, cc[0]] = room[:last]
-        pre = np.zeros((S, B), bool)
-        pre[0] = shape.prefill
-        pre[1:last + 1, cc] = True
-        comp = np.zeros((S, B), bool)
-        comp[0] = shape.prefill & shape.completes
-        if j < S - 1:
-            rem[0] -= int(cum[j - 1]) if j else 0  # what the first has left in step last
-            ch[last, cc[0]] = rem[0]
-            left = int(room[j]) - int(rem[0])
-            others = rem[1:]
-            ch[last, cc[1:]] = np.minimum(np.maximum(left - (np.cumsum(others) - others), 0),
-                                          others)
-            comp[last, cc] = ch[last, cc] >= rem
-        return pre, ch, comp, last
+    def fused(self, worker):
+        """The worker's shape + plan as one compiled call (``_shape_plan_priced``), or None
+        where that is not the same as its Python scheduler and kernel: a batch scheduler
+        other than fcfs, a prefix cache, a policy other than static k, a drafter whose match
+        chance or widths are its own, drafters per class, or pricing or acceptance through a
+        hook. The call returns ``(segment, multi)``, or None when the step's KV growth does
+        not fit (the Python scheduler then preempts)."""
+        from specsim.simulator.kv.blocks import BlockAllocator
+        from specsim.simulator.scheduling.batching import FcfsScheduler
+        from specsim.simulator.speculation import drafters as dr
+        from specsim.simulator.speculation.policies import StaticK
+
+        d, policy, sch = self.drafter, worker.policy, worker.scheduler
+        if not (self._accepted is None and self._price_args() and type(sch) is FcfsScheduler
+                and type(worker.kv) is BlockAllocator and worker.cache is None
+                and self.shared is None and isinstance(policy, StaticK)
+                and type(policy).choose is StaticK.choose and policy.fixed_k is not None
+                and self._kj.same(d, dr.Drafter, "match_probability", "verify_width",
+                                  "k_for_width")
+                and not d.per_class
+                and not getattr(d, "state_dependent_match", False)):
+            return None
+
+        t, kv, fn = self.t, worker.kv, self.fn
+        static = None
+        read = None  # the _read views ``static`` was built from
+
+        def plan(now: float, steps: int):
+            nonlocal static, read
+            ro = self._read(t, None)  # the same tuple while the table's columns are
+            if ro is not read:
+                read = ro
+                output, match_key, accept_key, cls_idx, alpha_scale, _, alpha_table = ro
+                static = (int(policy.fixed_k), int(sch.token_budget),
+                          bool(sch.chunked_prefill), t.generated, output, t.steps, match_key,
+                          accept_key, cls_idx, alpha_scale, t.kv_len, t.blocks, _EMPTY_I,
+                          False, int(self.kv_total), int(self.kv_total), 0, False, alpha_table,
+                          bool(d.proposes_always), float(d.match_rate), self.widths,
+                          self.use_tree, int(self.bs), t.prefill_target,
+                          bool(getattr(t, "hands_off", False)), _EMPTY_F2, False,
+                          *self._price_args())
+            rows = worker.run
+            with _quiet(self.compiled):
+                fits, multi, pre0, chunking, S, m, Ia, Bo, Iv, F = fn.shape_plan_priced(
+                    rows, steps, worker.chunk_segments, kv.total - kv.used, float(now),
+                    *static)
+            if not fits:
+                return None
+            return _segment(rows, pre0, chunking, S, m, Ia, Bo, Iv, *F), multi
+
+        return plan
+
+    # ------------------------------------------------------------------ commit
+    def _builtin_ledger(self, ledger) -> bool:
+        """The ledger is the built-in ``Ledger`` (the kernel's ``_account`` is its ``add``);
+        asked at every commit, answered once per ledger."""
+        if self._ledger is None or self._ledger[0] is not ledger:
+            from specsim.simulator.execution.ledger import Ledger
+
+            self._ledger = (ledger, type(ledger) is Ledger
+                            and self._kj.same(ledger, Ledger, "add", "take"))
+        return self._ledger[1]
 
     def commit(self, seg: Segment, upto: int, kv, ledger, metrics, wid: int,
                record: bool) -> np.ndarray:
@@ -316,96 +283,113 @@ class Kernel:
         a, b = seg.done, upto
         if b <= a:
             return seg.rows[:0]
-        if self._jit is not None and self._jit.commits(ledger):
-            return self._jit.commit(seg, upto, kv, ledger, metrics, wid, record)
-        pre = seg.pre_steps  # a segment through prefill chunks (first tokens and gaps may
-        # fall in later steps)
+        n = b - a
         t, rows = self.t, seg.rows
-        sl = slice(a, b)
-        emit, alive, end = seg.emit[sl], seg.alive[sl], seg.end[sl]
-        delivered = emit > 0
-        # inter-token gaps: step a from each row's last delivery, later steps from the step
-        # before (a prompt completing in a later step: its first token has no gap, and a
-        # recomputed one's runs from its last delivery before the preemption)
-        if pre is None:
-            first_a = seg.first0 if a == 0 else np.zeros(len(rows), bool)
-        else:
-            first_a = seg.first_steps[a]
-        gaps0 = delivered[0] & ~first_a
-        metrics.add_itl(end[0] - t.last_delivery[rows[gaps0]])
-        if b - a > 1 and pre is None:
-            metrics.add_itl(np.repeat(seg.dt[a + 1:b], delivered[1:].sum(axis=1)))
-        elif b - a > 1:
-            for s in range(1, b - a):
-                own = delivered[s] & pre[a + s]  # a prompt's completing chunk
-                metrics.add_itl(np.repeat(seg.dt[a + s], int((delivered[s] & ~own).sum())))
-                back = own & ~seg.first_steps[a + s]
-                if back.any():
-                    metrics.add_itl(end[s] - t.last_delivery[rows[back]])
-        if pre is not None:
-            si, ri = np.nonzero(seg.first_steps[sl])
-            t.first_token[rows[ri]] = end[si]
-        elif a == 0 and seg.first0.any():
-            t.first_token[rows[seg.first0]] = end[0]
-        t.generated[rows] += emit.sum(axis=0)
-        t.accepted[rows] += seg.acc[sl].sum(axis=0)
-        t.bonus[rows] += delivered.sum(axis=0)
-        t.drafted[rows] += seg.k[sl].sum(axis=0)
-        if pre is not None:
-            steps = seg.counted[sl].sum(axis=0)
-        else:
-            steps = alive.sum(axis=0)
-            if a == 0:
-                steps -= alive[0] & ~seg.count0
-        t.steps[rows] += steps
-        t.kv_len[rows] += seg.kv_add[sl].sum(axis=0)
-        t.last_delivery[rows[delivered[-1]]] = end[-1]
-        after = seg.after_rows[b - 1]
-        kv.set_held(int(t.blocks[rows].sum()), int(after.sum()), int(seg.during[sl].max()))
-        t.blocks[rows] = after
-        fin_steps = seg.finishing[sl]
-        fin = fin_steps.any(axis=0)
-        finished = rows[fin]
-        if len(finished):
-            t.finish[finished] = end[np.argmax(fin_steps[:, fin], axis=0)]
-            t.last_delivery[finished] = t.finish[finished]
+        hist = self.accept_hist
+        buf, row0 = metrics.reserve_rows(n) if record else (_NO_BUF, 0)
+        cls_idx = self._read(t, self.shared)[3]
+        static = self._commit_static
+        if static is None or static[0] is not ledger or static[1] is not cls_idx:
+            # what stays the same from one commit to the next: the table's columns, the
+            # ledger's constants, the histogram
+            static = self._commit_static = (ledger, cls_idx, (
+                t.generated, t.accepted, t.bonus, t.drafted, t.steps, t.kv_len, t.blocks,
+                t.last_delivery, t.first_token, t.finish,
+                bool(self.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
+                float(ledger.hbm_bw), float(ledger.power_idle), float(ledger.power_max),
+                hist if hist is not None else _NO_HIST, cls_idx, hist is not None))
+        pre = seg.pre_steps
+        chunked = pre is not None
+        with _quiet(self.compiled):
+            Fo, Io, ng, nf, held_before, held_after, peak = self.fn.commit(
+                a, b, np.asarray(rows, np.int64), seg.emit, seg.acc, seg.k, seg.alive,
+                seg.kv_add, seg.finishing, seg.after_rows, seg.during, seg.end, seg.dt,
+                seg.draft, seg.verify, seg.flops, seg.nbytes, seg.dflops, seg.dbytes,
+                seg.pf_tokens, seg.tokens, seg.first0, seg.count0, seg.prefill0, *static[2],
+                buf, row0, record, wid, seg.reason, seg.start, chunked,
+                pre if chunked else _NO_MASK, seg.first_steps if chunked else _NO_MASK,
+                seg.counted if chunked else _NO_MASK)
+        g = 2 * n + self._kj.LEDGER_SUMS
+        metrics.add_itl(Fo[g:g + ng])
+        kv.set_held(int(held_before), int(held_after), int(peak))
         seg.done = b
-        dt = seg.dt[sl]
-        k, acc = seg.k[sl], seg.acc[sl]
-        if pre is not None:
-            decoding = alive & ~pre[sl]
-        else:
-            decoding = alive.copy()
-            if a == 0:
-                decoding[0] &= ~seg.prefill0
-        drafted = k.sum(axis=1).astype(np.float64)
-        accepted = acc.sum(axis=1).astype(np.float64)
-        overlap = self.executor.overlap  # a draft phase hidden under the verify pass has no
-        draft_phase = np.zeros_like(dt) if overlap else seg.draft[sl]  # time of its own
-        cu, mu = ledger.add(dt, seg.draft[sl], seg.verify[sl], seg.flops[sl], seg.nbytes[sl],
-                            draft_phase, seg.dflops[sl], seg.dbytes[sl], drafted, accepted,
-                            decoding.sum(axis=1).astype(np.float64), seg.pf_tokens[sl],
-                            seg.tokens[sl])
-        if self.accept_hist is not None and drafted.any():  # accepted lengths per class
-            used = k > 0
-            cls = np.broadcast_to(t.cls_idx[rows], k.shape)[used]
-            np.add.at(self.accept_hist, (cls, acc[used]), 1)
+        if self._builtin_ledger(ledger):
+            ledger.take(n, Fo[2 * n:g])
+        else:  # a plug-in ledger accounts the steps itself; its utilisations are logged
+            cu, mu = self._ledger_hook(seg, a, b, ledger)
+            if record:
+                buf[row0:row0 + n, ITER.compute_util] = cu
+                buf[row0:row0 + n, ITER.memory_util] = mu
         if a == 0:
             if self.last_reason is not None and seg.reason != self.last_reason:
                 self.reason_changes += 1
             self.last_reason = seg.reason
-        self.reason_iterations[seg.reason] = self.reason_iterations.get(seg.reason, 0) + b - a
-        if record:
-            n_alive = alive.sum(axis=1)
-            n_pre = np.zeros(b - a, np.int64)
-            if pre is not None:
-                n_pre = pre[sl].sum(axis=1)
-            elif a == 0:
-                n_pre[0] = int(seg.prefill0.sum())
-            metrics.add_iterations(
-                b - a, time_s=seg.start[sl], worker=wid, batch_size=n_alive,
-                decode_seqs=n_alive - n_pre, prefill_seqs=n_pre, tokens=seg.tokens[sl],
-                drafted_tokens=seg.k[sl].sum(axis=1), draft_time_s=seg.draft[sl],
-                verify_time_s=seg.verify[sl], compute_util=cu, memory_util=mu,
-                kv_blocks_used=seg.after_rows[sl].sum(axis=1), policy_reason=seg.reason)
-        return finished
+        self.reason_iterations[seg.reason] = self.reason_iterations.get(seg.reason, 0) + n
+        if record:  # _commit wrote the rows in place
+            metrics.rows_added(n)
+        return Io
+
+    def _ledger_hook(self, seg: Segment, a: int, b: int, ledger):
+        """A plug-in ledger's ``add`` of steps [a, b): (compute, memory utilisation)."""
+        sl = slice(a, b)
+        alive = seg.alive[sl]
+        if seg.pre_steps is not None:
+            decoding = alive & ~seg.pre_steps[sl]
+        else:
+            decoding = alive.copy()
+            if a == 0:
+                decoding[0] &= ~seg.prefill0
+        phase = np.zeros(b - a) if self.executor.overlap else seg.draft[sl]
+        return ledger.add(seg.dt[sl], seg.draft[sl], seg.verify[sl], seg.flops[sl],
+                          seg.nbytes[sl], phase, seg.dflops[sl], seg.dbytes[sl],
+                          seg.k[sl].sum(axis=1).astype(np.float64),
+                          seg.acc[sl].sum(axis=1).astype(np.float64),
+                          decoding.sum(axis=1).astype(np.float64), seg.pf_tokens[sl],
+                          seg.tokens[sl])
+
+
+class _quiet:
+    """The pure-Python kernel's uint64 arithmetic wraps as numba's does; numpy scalars
+    would warn of each overflow. (Nothing to do for the compiled kernel.)"""
+
+    __slots__ = ("on", "state")
+
+    def __init__(self, compiled: bool) -> None:
+        self.on = not compiled
+
+    def __enter__(self):
+        if self.on:
+            self.state = np.seterr(over="ignore")
+
+    def __exit__(self, *exc):
+        if self.on:
+            np.seterr(**self.state)
+
+
+def _segment(rows, pre0, chunking, S, m, Ia, Bo, Iv, dt, draft, verify, flops, nbytes,
+             dflops, dbytes, tokens, pf_tokens, start, end) -> Segment:
+    """The Segment of a plan (its packed arrays unpacked, views not copies)."""
+    S, m = int(S), int(m)  # (numpy integers from the pure-Python kernel)
+    k, acc, emit, kv_add, after_rows = Ia
+    seg = Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc,
+                  emit, kv_add, Bo[2 * S], Bo[:S], Bo[S:2 * S], Iv[0], after_rows, pre0,
+                  Bo[2 * S + 1], m, dflops, dbytes, pf_tokens)
+    seg.spec_free, seg.spec_alloc = Iv[2], Iv[3]
+    if chunking:
+        pre = Bo[2 * S + 2:3 * S + 2]
+        if pre[1:].any():  # a prompt went on in chunks past step 0
+            seg.pre_steps, seg.first_steps, seg.counted = (pre, Bo[3 * S + 2:4 * S + 2],
+                                                           Bo[4 * S + 2:])
+    return seg
+
+
+def _ro(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+_EMPTY_I = _ro(np.zeros(0, np.int64))
+_EMPTY_F2 = _ro(np.zeros((0, 0)))  # no per-row alphas (a single drafter)
+_NO_HIST = np.zeros((1, 1), np.int64)
+_NO_MASK = np.zeros((1, 1), np.bool_)  # a segment without chunks: its (S, B) masks' stand-in
+_NO_BUF = np.zeros((1, len(ITER_COLUMNS)))  # unrecorded: the iteration rows' stand-in

@@ -1,60 +1,58 @@
-"""The iteration kernel compiled with numba: ``Kernel.plan`` and ``Kernel.commit`` as plain
-loops over the batch's rows instead of ~150 small numpy calls per segment.
+"""The iteration kernel's rules, written once: plan, price, shape step 0 and commit a
+segment as plain loops over its (steps x rows), which numba compiles.
 
-``kernel.py`` stays the reference: this module does the same floating-point operations in
-the same order, so a run gives the same bits either way (the tests compare every bundled
-scenario's metrics, requests and iterations). Where numpy reduces floats pairwise
-(``ndarray.sum`` of 8 or more values) ``numpy_order.total`` repeats its order exactly; the other
-sums here add integer-valued floats (token counts, attention areas), exact in any order.
+``kernel.Kernel`` binds these to a worker (what each call reads and writes, and the Python
+hooks of plug-ins). Every run goes through these functions, compiled or not:
 
-What is compiled (selected by ``simulation.compiled``: auto, true, false):
+- compiled (``simulation.compiled: auto`` or ``true``, numba installed): the functions
+  below, compiled once per machine and cached on disk (``cache=True``; the first run
+  compiles for about a minute, later runs load the cache in a fraction of a second);
+- pure Python (``simulation.compiled: false``, numba missing, or a plug-in acceptance
+  model whose sampler must run inside ``_plan``'s loop): the same functions' Python
+  source (numba's ``py_func``, ``numpy_order.pure``), so the same float operations in the
+  same order and the same bits, only slower (``functions(False)``).
 
-- planning: keyed uniforms (SplitMix64, ``simulator/rng.py``), acceptance draws
-  (``AcceptanceModel.accepted``), the emit / KV-block arithmetic, the per-step batch
-  aggregates, and pricing (the roofline's ``_evaluate``, the executor's overheads and
-  every bundled drafter's ``cost_steps``);
-- committing: the request table's columns, the KV pool's held blocks, the worker's ledger
-  (time, energy, work split), the accepted-length histogram, the iteration log's columns.
+What is here: keyed uniforms (SplitMix64, ``simulator/rng.py``, compiled as written there),
+acceptance draws (the survival-curve sampler), the emit / KV-block arithmetic and prefill
+chunks of a segment (``_plan``, ``_chunk_rows``), pricing (``_evaluate``: the roofline's
+``ForwardCostModel._evaluate`` for a dense model; ``_price``: the executor's overheads and
+every bundled drafter's cost, a drafter being a kind and its parameters, ``drafter_data``),
+the fcfs scheduler's step 0 with a static k (``_shape``), and committing (``_commit``: the
+request table's columns, the KV pool's held blocks, the ITL gaps, the accepted-length
+histogram, the iteration log's columns by name, and the ledger's accounting ``_account``).
 
-Pricing falls back to the Python executor (with everything else still compiled) where
-exact agreement cannot be promised: a mixture-of-experts model (``experts_touched`` raises
-to a fractional power, which numpy may vectorise with a different libm) or a drafter or
-cost model this module does not know. Compilation is cached on disk (``cache=True``): the
-first run on a machine compiles (tens of seconds), later runs load the cache.
+The sums reproduce numpy's pairwise order (``numpy_order.total``) where the bits of the
+earlier numpy kernel must be kept; the other sums add integer-valued floats (token counts,
+attention areas), exact in any order. Pricing is left to the Python executor (the pricing
+hook, ``Kernel._price_hook``) for a mixture-of-experts model (``experts_touched`` raises to
+a fractional power, which numpy vectorises with its own SIMD ``pow``: compiled, it could
+differ in the last bit), drafters per class, and a drafter, cost model or executor defined
+outside specsim.
 """
 
 from __future__ import annotations
 
-import operator
-from types import FunctionType
+from types import FunctionType, SimpleNamespace
 
 import numpy as np
-from numba import njit
 
 from specsim.cost_models.roofline import ForwardCostModel
 from specsim.simulator import rng
-from specsim.simulator.execution.executor import Executor
-from specsim.simulator.execution.ledger import Ledger
-from specsim.simulator.execution.numpy_order import JIT as _JIT
+from specsim.simulator.execution.numpy_order import jit, pure
 from specsim.simulator.execution.numpy_order import maximum as _maximum
 from specsim.simulator.execution.numpy_order import minimum as _minimum
 from specsim.simulator.execution.numpy_order import total as _sum
-from specsim.simulator.execution.segment import Segment
-from specsim.simulator.kv.blocks import BlockAllocator
-from specsim.simulator.metrics.iteration_log import ITER, ITER_COLUMNS
-from specsim.simulator.scheduling.batching import FcfsScheduler
+from specsim.simulator.metrics.iteration_log import ITER
 from specsim.simulator.speculation import drafters as dr
-from specsim.simulator.speculation.acceptance import AcceptanceModel
-from specsim.simulator.speculation.policies import StaticK
 
 # ------------------------------------------------------------------ keyed uniforms
 
 # rng.py's SplitMix64, compiled as written there (``draw`` calling the compiled ``mix``)
-_mix = njit(**_JIT)(rng.mix)
-_draw = njit(**_JIT)(FunctionType(rng.draw.__code__, {**vars(rng), "mix": _mix}, "draw"))
+_mix = jit(rng.mix)
+_draw = jit(FunctionType(rng.draw.__code__, {**vars(rng), "mix": _mix}, "draw"))
 
 
-@njit(**_JIT)
+@jit
 def _uniform(key, step):
     """``rng.uniform`` for one (key, step): U(0, 1], the same bits."""
     return _draw(key, np.uint64(step))
@@ -69,7 +67,7 @@ _COST_ATTRS = ("_lin_flops_per_token", "_head_flops_per_logit", "_dense_weight_b
                "_comm_per_token", "_comm_fixed", "_overhead")
 
 
-@njit(**_JIT)
+@jit
 def _evaluate(p, t, qc, ctx, lg):
     """``ForwardCostModel._evaluate`` for one pass, dense models: (seconds, FLOPs, bytes)."""
     if not t > 0:  # a pass with no tokens is not launched
@@ -96,7 +94,7 @@ def _evaluate(p, t, qc, ctx, lg):
 D_NONE, D_SEQ, D_PAR, D_MEDUSA, D_LOOKUP, D_RATIO, D_FIXED = range(7)
 
 
-@njit(**_JIT)
+@jit
 def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunks,
            tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal, out):
     """``Executor.price`` over a plan, into out[0:7]: per step (seconds, draft s, verify s,
@@ -234,13 +232,13 @@ def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunk
 # ------------------------------------------------------------------ planning
 
 
-@njit(**_JIT)
+@jit
 def _width(k, widths, use_tree):
     """``dr.Drafter.verify_width`` of one draft length."""
     return widths[min(k, len(widths) - 1)] if use_tree else k + 1
 
 
-@njit(**_JIT)
+@jit
 def _k_for_width(w, widths, use_tree):
     """``Drafter.k_for_width``: the deepest draft whose verification fits in ``w`` tokens
     (a tree's widths increase with depth)."""
@@ -253,12 +251,12 @@ def _k_for_width(w, widths, use_tree):
     return max(n - 1, 0)
 
 
-@njit(**_JIT)
+@jit
 def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
           generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale, kv_len,
           blocks, shared, use_shared, kv_total, kv_limit, kv_kept, use_kept,
           alpha_table, proposes_always, match_rate, widths, use_tree, bs,
-          chunking, budget, ptarget, hands_off):
+          chunking, budget, ptarget, hands_off, row_alpha, use_rows, accepted_hook):
     """``Kernel.plan`` up to pricing: the (S, B) arrays and the per-step aggregates, packed
     so that few arrays cross back into Python (each costs a microsecond or so):
     Ia = (k, acc, emit, kv_add, after_rows); Bo = alive (S rows), finishing (S rows),
@@ -319,24 +317,36 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
                 kmax = kfull[s, i]
     afull = np.zeros((S, B), np.int64)
     if kmax > 0:
-        jmax = min(kmax, alpha_table.shape[1])
-        surv = np.empty(jmax)
+        # each row's conditional alphas: its class's, times its request's scale (capped at
+        # 1), or given per row (``use_rows``: drafters per class, ``row_alpha``)
+        jmax = min(kmax, row_alpha.shape[1] if use_rows else alpha_table.shape[1])
+        cond = np.empty((B, jmax))
         for i in range(B):
             r = rows[i]
-            cl = cls_idx[r]
-            p = 1.0
             for j in range(jmax):
-                cond = _minimum(alpha_table[cl, j] * alpha_scale[r], 1.0)
-                p = cond if j == 0 else p * cond
-                surv[j] = p
-            key = accept_key[r]
-            for s in range(S):
-                u = _uniform(key, sidx[s, i])
-                n = 0
+                cond[i, j] = (row_alpha[i, j] if use_rows else
+                              _minimum(alpha_table[cls_idx[r], j] * alpha_scale[r], 1.0))
+        if accepted_hook is not None:  # a plug-in acceptance model (pure-Python kernel only)
+            u = np.empty((S, B))
+            for i in range(B):
+                for s in range(S):
+                    u[s, i] = _uniform(accept_key[rows[i]], sidx[s, i])
+            afull[:, :] = accepted_hook(u, cond, kfull)
+        else:  # the survival-curve sampler (AcceptanceModel.accepted)
+            surv = np.empty(jmax)
+            for i in range(B):
+                p = 1.0
                 for j in range(jmax):
-                    if u <= surv[j]:
-                        n += 1
-                afull[s, i] = min(n, kfull[s, i])
+                    p = cond[i, j] if j == 0 else p * cond[i, j]
+                    surv[j] = p
+                key = accept_key[rows[i]]
+                for s in range(S):
+                    u = _uniform(key, sidx[s, i])
+                    n = 0
+                    for j in range(jmax):
+                        if u <= surv[j]:
+                            n += 1
+                    afull[s, i] = min(n, kfull[s, i])
     q = np.empty((S, B), np.int64)
     during_rows = np.empty((S, B), np.int64)
     ctx = np.empty((S, B))
@@ -476,7 +486,7 @@ def _plan(rows, k0, chunk, pre0, done0, S, K, has_pre,
     return S, max(m, 1), Ia, Bo, Iv, ctx, Fa
 
 
-@njit(**_JIT)
+@jit
 def _chunk_rows(rows, chunk, pre0, done0, S, budget, ptarget, kv_len, blocks, shared,
                 use_shared, bs, cont, gen0, left0, q, Ia, Bo, during_rows, ctx):
     """``Kernel._chunk_steps`` and the chunking rows' part of ``Kernel.plan``: their chunks
@@ -584,19 +594,19 @@ F_DT, F_DRAFT, F_VERIFY, F_FLOPS, F_BYTES, F_DFLOPS, F_DBYTES, F_TOKENS, F_PF, F
     range(11))
 
 
-@njit(**_JIT)
+@jit
 def _plan_priced(rows, k0, chunk, pre0, done0, S, K, has_pre,
                  generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale,
                  kv_len, blocks, shared, use_shared, kv_total, kv_limit, kv_kept, use_kept,
                  alpha_table, proposes_always, match_rate, widths, use_tree, bs,
-                 chunking, budget, ptarget, hands_off, now,
+                 chunking, budget, ptarget, hands_off, row_alpha, use_rows, now,
                  tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal):
     """``_plan``, priced (``_price``) and timed: (S, m, Ia, Bo, Iv, F) with F's rows F_*."""
     S, m, Ia, Bo, Iv, ctx, Fa = _plan(
         rows, k0, chunk, pre0, done0, S, K, has_pre, generated, output, tsteps, match_key,
         accept_key, cls_idx, alpha_scale, kv_len, blocks, shared, use_shared, kv_total,
         kv_limit, kv_kept, use_kept, alpha_table, proposes_always, match_rate, widths,
-        use_tree, bs, chunking, budget, ptarget, hands_off)
+        use_tree, bs, chunking, budget, ptarget, hands_off, row_alpha, use_rows, None)
     F = np.empty((11, S))
     _price(S, len(rows), Ia[0], ctx, Fa[0], Fa[1], Fa[2], Fa[3], Fa[4], Fa[5], Iv[1], Fa[6],
            tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal, F)
@@ -606,7 +616,7 @@ def _plan_priced(rows, k0, chunk, pre0, done0, S, K, has_pre,
     return S, m, Ia, Bo, Iv, F
 
 
-@njit(**_JIT)
+@jit
 def _times(now, dt, start, end):
     """end = now + cumsum(dt), start = end - dt."""
     c = 0.0
@@ -619,7 +629,7 @@ def _times(now, dt, start, end):
 # ------------------------------------------------------------------ shaping step 0
 
 
-@njit(**_JIT)
+@jit
 def _shape(run, kv_len, ptarget, output, generated, tsteps, match_key, blocks, K,
            proposes_always, match_rate, widths, use_tree, budget, chunked, kv_free, bs):
     """``FcfsScheduler.shape`` with a static k, a drafter whose match chance is constant
@@ -680,12 +690,12 @@ def _shape(run, kv_len, ptarget, output, generated, tsteps, match_key, blocks, K
             fixed and not all_complete and chunked)
 
 
-@njit(**_JIT)
+@jit
 def _shape_plan_priced(run, S, chunk_ok, kv_free, now, K, budget, chunked,
                        generated, output, tsteps, match_key, accept_key, cls_idx, alpha_scale,
                        kv_len, blocks, shared, use_shared, kv_total, kv_limit, kv_kept,
                        use_kept, alpha_table, proposes_always, match_rate, widths, use_tree,
-                       bs, ptarget, hands_off,
+                       bs, ptarget, hands_off, row_alpha, use_rows,
                        tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal):
     """``_shape`` then ``_plan_priced`` in one call (the worker's loop, as
     ``Worker.loop`` runs it with the Python scheduler): S steps where step 0 is uniform
@@ -705,7 +715,7 @@ def _shape_plan_priced(run, S, chunk_ok, kv_free, now, K, budget, chunked,
         run, k0, chunk, pre0, done0, S, K, pre0.any(), generated, output, tsteps, match_key,
         accept_key, cls_idx, alpha_scale, kv_len, blocks, shared, use_shared, kv_total,
         kv_limit, kv_kept, use_kept, alpha_table, proposes_always, match_rate, widths,
-        use_tree, bs, chunking, budget, ptarget, hands_off, now,
+        use_tree, bs, chunking, budget, ptarget, hands_off, row_alpha, use_rows, now,
         tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal)
     return True, multi, pre0, chunking, S, m, Ia, Bo, Iv, F
 
@@ -713,14 +723,73 @@ def _shape_plan_priced(run, S, chunk_ok, kv_free, now, K, budget, chunked,
 # ------------------------------------------------------------------ committing
 
 
-@njit(**_JIT)
+@jit
 def _util(f, nb, s, peak, bw):
     if not s > 0:
         return 0.0
     return _minimum(_maximum(f / (s * peak), nb / (s * bw)), 1.0)
 
 
-@njit(**_JIT)
+#: the ledger's sums in ``_account``'s output, after the n compute and n memory
+#: utilisations: busy, draft and verify seconds, energy, then WORK_KINDS' seconds and joules
+LEDGER_SUMS = 12
+
+
+@jit
+def _split(dr, rs, fd, fa, fr, pt, tk):
+    """What one step's draft phase ``dr`` and the rest ``rs`` went to (ledger.WORK_KINDS:
+    accepted, bonus, wasted, prefill): the draft phase shared over the ``fd`` drafted
+    tokens (``fa`` accepted), the rest over the target pass's ``tk`` tokens (accepted,
+    ``fr`` bonus, ``pt`` prompt, the remaining verified tokens rejected). The parts add
+    up to dr + rs."""
+    d_acc = dr * fa / fd if fd > 0 else 0.0
+    per_tok = rs / tk if tk > 0 else 0.0
+    return (d_acc + per_tok * fa, per_tok * fr,
+            _maximum(dr - d_acc, 0.0) + per_tok * _maximum(tk - fa - fr - pt, 0.0)
+            + (0.0 if tk > 0 else rs), per_tok * pt)
+
+
+@jit
+def _account(a, n, dt, draft, verify, flops, nbytes, phase, dflops, dbytes, fd, fa, fr,
+             pf_tokens, tokens, devices, peak_flops, hbm_bw, power_idle, power_max, Fo):
+    """The ledger (``ledger.Ledger``) of steps a..a+n: into Fo the compute and memory
+    utilisation of each (Fo[0:n], Fo[n:2n], of peak), then LEDGER_SUMS sums (busy, draft,
+    verify seconds, energy, the work split's seconds and joules; numpy's summation order).
+    Energy: the draft phase (``phase``, per step) at its own utilisation, the rest of the
+    step (verify pass, engine and speculation overheads) at its own. ``fd``, ``fa``, ``fr``
+    (per step from 0): drafted and accepted tokens and decoding rows."""
+    e_draft = np.empty(n)
+    e_rest = np.empty(n)
+    ws = np.empty((4, n))
+    wj = np.empty((4, n))
+    dp = power_max - power_idle
+    for x in range(n):
+        s = a + x
+        d = dt[s]
+        Fo[x] = flops[s] / (d * peak_flops)  # every planned iteration has tokens: dt > 0
+        Fo[n + x] = nbytes[s] / (d * hbm_bw)
+        ph = phase[x]
+        rest = _maximum(d - ph, 0.0)
+        e_draft[x] = devices * ph * (
+            power_idle + dp * _util(dflops[s], dbytes[s], ph, peak_flops, hbm_bw))
+        e_rest[x] = devices * rest * (
+            power_idle + dp * _util(flops[s] - dflops[s], nbytes[s] - dbytes[s], rest,
+                                    peak_flops, hbm_bw))
+        ws[0, x], ws[1, x], ws[2, x], ws[3, x] = _split(draft[s], d - draft[s], fd[x], fa[x],
+                                                        fr[x], pf_tokens[s], tokens[s])
+        wj[0, x], wj[1, x], wj[2, x], wj[3, x] = _split(e_draft[x], e_rest[x], fd[x], fa[x],
+                                                        fr[x], pf_tokens[s], tokens[s])
+    o = 2 * n
+    Fo[o] = _sum(dt, a, n)
+    Fo[o + 1] = _sum(draft, a, n)
+    Fo[o + 2] = _sum(verify, a, n)
+    Fo[o + 3] = _sum(e_draft, 0, n) + _sum(e_rest, 0, n)
+    for w in range(4):
+        Fo[o + 4 + w] = _sum(ws[w], 0, n)
+        Fo[o + 8 + w] = _sum(wj[w], 0, n)
+
+
+@jit
 def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, during, end, dt,
             draft, verify, flops, nbytes, dflops, dbytes, pf_tokens, tokens, first0, count0,
             prefill0,
@@ -830,88 +899,78 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
                 last_delivery[rows[i]] = end[s]
                 j += 1
                 break
-    # the ledger (Ledger.add): utilisation, energy, the work split
-    e_draft = np.empty(n)
-    e_rest = np.empty(n)
-    ws = np.empty((4, n))
-    wj = np.empty((4, n))
-    dp = power_max - power_idle
+    # per step: drafted, accepted, decoding rows, the draft phase (none of its own when
+    # it is hidden under the verify pass), then the ledger's accounting (``_account``)
+    fd = np.empty(n)
+    fa = np.empty(n)
+    fr = np.empty(n)
+    phase = np.empty(n)
+    n_alive = np.zeros(n, np.int64)
+    n_pre = np.zeros(n, np.int64)
+    held_s = np.zeros(n, np.int64)
     for x in range(n):
         s = a + x
+        ksum = 0
         acc_s = 0
         dec = 0
-        n_alive = 0
-        n_pre = 0
-        ksum = 0
-        asum = 0
         for i in range(B):
             ksum += k[s, i]
             acc_s += acc[s, i]
-            asum += after_rows[s, i]
+            held_s[x] += after_rows[s, i]
             prefilling = pre[s, i] if chunked else (s == 0 and prefill0[i])
             if alive[s, i]:
-                n_alive += 1
+                n_alive[x] += 1
                 if not prefilling:
                     dec += 1
             if prefilling:
-                n_pre += 1
+                n_pre[x] += 1
             if use_hist and k[s, i] > 0:  # accepted lengths per class
                 hist[cls_idx[rows[i]], acc[s, i]] += 1
-        d = dt[s]
-        Fo[x] = flops[s] / (d * peak_flops)
-        Fo[n + x] = nbytes[s] / (d * hbm_bw)
-        if record:  # the iteration log's columns, by name (iteration_log.ITER_COLUMNS)
+        fd[x] = np.float64(ksum)
+        fa[x] = np.float64(acc_s)
+        fr[x] = np.float64(dec)
+        phase[x] = 0.0 if overlap else draft[a + x]
+    _account(a, n, dt, draft, verify, flops, nbytes, phase, dflops, dbytes, fd, fa, fr,
+             pf_tokens, tokens, devices, peak_flops, hbm_bw, power_idle, power_max, Fo)
+    if record:  # the iteration log's columns, by name (iteration_log.ITER_COLUMNS)
+        for x in range(n):
+            s = a + x
             row = buf[row0 + x]
             row[ITER.time_s] = start[s]
             row[ITER.worker] = wid
-            row[ITER.batch_size] = n_alive
-            row[ITER.decode_seqs] = n_alive - n_pre
-            row[ITER.prefill_seqs] = n_pre
+            row[ITER.batch_size] = n_alive[x]
+            row[ITER.decode_seqs] = n_alive[x] - n_pre[x]
+            row[ITER.prefill_seqs] = n_pre[x]
             row[ITER.tokens] = tokens[s]
-            row[ITER.drafted_tokens] = ksum
+            row[ITER.drafted_tokens] = fd[x]
             row[ITER.draft_time_s] = draft[s]
             row[ITER.verify_time_s] = verify[s]
             row[ITER.compute_util] = Fo[x]
             row[ITER.memory_util] = Fo[n + x]
-            row[ITER.kv_blocks_used] = asum
+            row[ITER.kv_blocks_used] = held_s[x]
             row[ITER.policy_reason] = reason
-        phase = 0.0 if overlap else draft[s]
-        rest = _maximum(d - phase, 0.0)
-        e_draft[x] = devices * phase * (
-            power_idle + dp * _util(dflops[s], dbytes[s], phase, peak_flops, hbm_bw))
-        e_rest[x] = devices * rest * (
-            power_idle + dp * _util(flops[s] - dflops[s], nbytes[s] - dbytes[s], rest,
-                                    peak_flops, hbm_bw))
-        fd = np.float64(ksum)
-        fa = np.float64(acc_s)
-        fr = np.float64(dec)
-        pt = pf_tokens[s]
-        tk = tokens[s]
-        for w in range(2):  # split_work: time (draft, dt - draft), energy (e_draft, e_rest)
-            dr = draft[s] if w == 0 else e_draft[x]
-            rs = d - draft[s] if w == 0 else e_rest[x]
-            d_acc = dr * fa / fd if fd > 0 else 0.0
-            per_tok = rs / tk if tk > 0 else 0.0
-            out = ws if w == 0 else wj
-            out[0, x] = d_acc + per_tok * fa
-            out[1, x] = per_tok * fr
-            out[3, x] = per_tok * pt
-            out[2, x] = (_maximum(dr - d_acc, 0.0) + per_tok * _maximum(tk - fa - fr - pt, 0.0)
-                         + (0.0 if tk > 0 else rs))
-    o = 2 * n
-    Fo[o] = _sum(dt, a, n)
-    Fo[o + 1] = _sum(draft, a, n)
-    Fo[o + 2] = _sum(verify, a, n)
-    Fo[o + 3] = _sum(e_draft, 0, n) + _sum(e_rest, 0, n)
-    for w in range(4):
-        Fo[o + 4 + w] = _sum(ws[w], 0, n)
-        Fo[o + 8 + w] = _sum(wj[w], 0, n)
     return Fo, Io, ng, nf, held_before, held_after, peak
 
 
-# ------------------------------------------------------------------ binding to a Kernel
+# ------------------------------------------------------------------ the two ways to run them
 
-def _frozen(a, dtype=None) -> np.ndarray:
+#: the functions ``kernel.Kernel`` calls
+ENTRY = ("_plan", "_price", "_plan_priced", "_shape_plan_priced", "_times", "_commit",
+         "_account")
+
+
+def functions(compiled: bool) -> SimpleNamespace:
+    """The kernel's entry points (``ENTRY``, without the underscore): numba's compiled
+    dispatchers, or their pure-Python versions (the same source)."""
+    g = globals()
+    return SimpleNamespace(**{name[1:]: g[name] if compiled else pure(g[name])
+                              for name in ENTRY})
+
+
+# ------------------------------------------------------------------ drafters as data
+
+
+def frozen(a, dtype=None) -> np.ndarray:
     """A read-only array (a view where ``a`` is one already of that dtype). Every array the
     kernel only reads is passed read-only, so numba compiles one specialisation whether a
     column came from pandas (read-only) or numpy (writable)."""
@@ -920,261 +979,44 @@ def _frozen(a, dtype=None) -> np.ndarray:
     return v
 
 
-_EMPTY_I = _frozen(np.zeros(0, np.int64))
-_WORK = ("accepted", "bonus", "wasted", "prefill")  # worker.WORK_KINDS
-
-
-def _same(obj, cls, *names) -> bool:
+def same(obj, cls, *names) -> bool:
     """``obj``'s methods ``names`` are ``cls``'s own (not overridden on its type or itself)."""
     return all(getattr(type(obj), n, None) is getattr(cls, n) and n not in vars(obj)
                for n in names)
 
 
-def _cost_params(cm) -> np.ndarray | None:
-    """A dense ForwardCostModel's constants for ``_evaluate``; None if it cannot be compiled
-    exactly (MoE, or a class that prices differently)."""
+def cost_params(cm) -> np.ndarray | None:
+    """A dense ForwardCostModel's constants for ``_evaluate``; None where it cannot be
+    priced here exactly (MoE, or a class that prices differently)."""
     if not isinstance(cm, ForwardCostModel) or getattr(cm.model, "moe", None) is not None:
         return None
-    if not _same(cm, ForwardCostModel, "_evaluate", "_parts", "_groups", "time_and_work",
-                 "time", "iteration_overhead", "speculation_overhead"):
+    if not same(cm, ForwardCostModel, "_evaluate", "_parts", "_groups", "time_and_work",
+                "time", "iteration_overhead", "speculation_overhead"):
         return None
     try:
-        return _frozen([float(getattr(cm, a)) for a in _COST_ATTRS], np.float64)
+        return frozen([float(getattr(cm, a)) for a in _COST_ATTRS], np.float64)
     except (AttributeError, TypeError, ValueError):
         return None
 
 
-def _drafter_kind(d):
-    """(kind, cost parameters, scalar) of a bundled drafter, or None if unknown."""
-
+def drafter_data(d):
+    """A bundled drafter as data for ``_price``: (kind, cost parameters, scalar), or None
+    where the kernel does not price it (the Python pricing hook does)."""
     cls = type(d)
-    none = _frozen(np.zeros(len(_COST_ATTRS)))
-    if cls in (dr.Drafter, dr.NoDrafter) and _same(d, dr.Drafter, "cost_steps"):
+    none = frozen(np.zeros(len(_COST_ATTRS)))
+    if cls in (dr.Drafter, dr.NoDrafter) and same(d, dr.Drafter, "cost_steps"):
         return D_NONE, none, 0.0
-    if cls in (dr.SequentialDrafter, dr.ParallelDrafter) and _same(d, cls, "cost_steps"):
-        p = _cost_params(d.model)
+    if cls in (dr.SequentialDrafter, dr.ParallelDrafter) and same(d, cls, "cost_steps"):
+        p = cost_params(d.model)
         return None if p is None else (D_SEQ if cls is dr.SequentialDrafter else D_PAR, p, 0.0)
-    if cls is dr.MedusaDrafter and _same(d, cls, "cost_steps"):
-        p = _cost_params(d.cost)
+    if cls is dr.MedusaDrafter and same(d, cls, "cost_steps"):
+        p = cost_params(d.cost)
         return None if p is None else (D_MEDUSA, p, 0.0)
-    if cls in (dr.LookupDrafter, dr.SuffixDrafter) and _same(d, dr.LookupDrafter, "cost_steps"):
+    if cls in (dr.LookupDrafter, dr.SuffixDrafter) and same(d, dr.LookupDrafter, "cost_steps"):
         return D_LOOKUP, none, float(d.cpu_s)
-    if cls is dr.RatioDrafter and _same(d, cls, "cost_steps"):
-        p = _cost_params(d.target)
+    if cls is dr.RatioDrafter and same(d, cls, "cost_steps"):
+        p = cost_params(d.target)
         return None if p is None else (D_RATIO, p, float(d.ratio))
-    if cls is dr.FixedTimeDrafter and _same(d, cls, "cost_steps"):
+    if cls is dr.FixedTimeDrafter and same(d, cls, "cost_steps"):
         return D_FIXED, none, float(d.s)
     return None
-
-
-class Compiled:
-    """The compiled plan / commit of one Kernel (``Kernel.plan`` / ``commit`` call these)."""
-
-    def __init__(self, kernel) -> None:
-        self.kernel = kernel
-        self._pricing = None  # built at the first plan: (args...) or False (Python executor)
-        d = kernel.drafter
-        self.plans = (getattr(type(kernel.acceptance), "accepted", None)
-                      is AcceptanceModel.accepted
-                      and _same(d, type(d), "verify_width")
-                      and getattr(type(d), "verify_width", None) is dr.Drafter.verify_width)
-        tree = getattr(d, "tree", None)
-        self.widths = _frozen(tree.widths, np.int64) if tree is not None else _EMPTY_I
-        self.use_tree = tree is not None
-        self._ledger_cls = None  # (the ledger last asked about, whether it commits here)
-        self._commit_static = None  # (ledger, cls_idx, the commit's unchanging arguments)
-        self._src = None  # the columns the plan only reads, and their read-only views
-        self._ro = ()
-
-    def _read(self, t, shared):
-        """Read-only views of what the plan only reads (remade if the table's change)."""
-        src = (t.output, t.match_key, t.accept_key, t.cls_idx, t.alpha_scale, shared,
-               self.kernel.alpha_table)
-        if self._src is None or any(map(operator.is_not, src, self._src)):
-            self._src = src
-            self._ro = tuple(_EMPTY_I if a is None else _frozen(a) for a in src)
-        return self._ro
-
-    # ------------------------------------------------------------ plan
-    def _price_args(self):
-        if self._pricing is None:
-            ex = self.kernel.executor
-            tp = _cost_params(ex.target) if type(ex) is Executor and _same(
-                ex, Executor, "price") else None
-            dk = _drafter_kind(ex.drafter) if tp is not None else None
-            if dk is None:
-                self._pricing = False
-            else:
-                c = ex.target.cal
-                cal = _frozen([c.engine_fixed_s, c.engine_per_seq_s, c.engine_per_prefill_s,
-                               c.spec_step_overhead_s, c.spec_seq_overhead_s,
-                               c.spec_token_overhead_s], np.float64)
-                tree = getattr(ex.drafter, "tree", None)
-                pass_rows = (_frozen(tree.pass_rows, np.int64) if tree is not None
-                             else _EMPTY_I)
-                self._pricing = (tp, cal, bool(ex.speculating), bool(ex.overlap), dk[0], dk[1],
-                                 bool(ex.drafter.prefills), pass_rows, dk[2])
-        return self._pricing
-
-    def plan(self, shape, now: float, steps: int, fixed_k, chunking: bool = False):
-
-        kn = self.kernel
-        t, d = kn.t, kn.drafter
-        rows = shape.rows
-        pre0 = shape.prefill
-        S = steps if fixed_k is not None and steps > 1 else 1
-        shared = kn.shared
-        kept = kn.kv_limit_kept
-        output, match_key, accept_key, cls_idx, alpha_scale, shared_ro, alpha_table = (
-            self._read(t, shared))
-        args = (np.asarray(rows, np.int64), np.asarray(shape.k, np.int64),
-                np.asarray(shape.chunk, np.int64), np.asarray(pre0, np.bool_),
-                np.asarray(shape.completes, np.bool_), S, int(fixed_k or 0), bool(pre0.any()),
-                t.generated, output, t.steps, match_key, accept_key, cls_idx, alpha_scale,
-                t.kv_len, t.blocks, shared_ro, shared is not None, int(kn.kv_total),
-                int(kn.kv_limit), int(kept) if kept is not None else 0, kept is not None,
-                alpha_table, bool(d.proposes_always), float(d.match_rate), self.widths,
-                self.use_tree, int(kn.bs), bool(chunking), int(shape.budget),
-                t.prefill_target, bool(getattr(t, "hands_off", False)))
-        pr = self._price_args()
-        if pr:
-            S, m, Ia, Bo, Iv, F = _plan_priced(*args, float(now), *pr)
-            dt, draft, verify, flops, nbytes, dflops, dbytes, tokens, pf_tokens, start, end = F
-        else:  # the Python executor prices the compiled plan
-            S, m, Ia, Bo, Iv, ctx, Fa = _plan(*args)
-            tokens, qc, csum, logits, pf_tokens, pf_qc, chunks = Fa
-            dt, draft, verify, flops, nbytes, dflops, dbytes = kn.executor.price(
-                Ia[0], ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, Iv[1], chunks)
-            start, end = np.empty(S), np.empty(S)
-            _times(float(now), np.asarray(dt, np.float64), start, end)
-        return _segment(Segment, rows, pre0, chunking, S, m, Ia, Bo, Iv, dt, draft, verify,
-                        flops, nbytes, dflops, dbytes, tokens, pf_tokens, start, end)
-
-    def fused(self, worker):
-        """The worker's shape + plan as one compiled call (``_shape_plan_priced``), or None
-        where that is not the same as its Python scheduler and kernel: a batch scheduler
-        other than fcfs, a prefix cache, a policy other than static k, a drafter whose match
-        chance or widths are its own, or pricing the compiled kernel does not do. The call
-        returns ``(segment, multi)``, or None when the step's KV growth does not fit (the
-        Python scheduler then preempts)."""
-
-        kn, d, policy, sch = self.kernel, self.kernel.drafter, worker.policy, worker.scheduler
-        if not (self.plans and self._price_args() and type(sch) is FcfsScheduler
-                and type(worker.kv) is BlockAllocator and worker.cache is None
-                and kn.shared is None and isinstance(policy, StaticK)
-                and type(policy).choose is StaticK.choose and policy.fixed_k is not None
-                and _same(d, dr.Drafter, "match_probability", "verify_width", "k_for_width")
-                and not d.per_class
-                and not getattr(d, "state_dependent_match", False)):
-            return None
-
-        t, kv = kn.t, worker.kv
-        static = None
-        read = None  # the _read views ``static`` was built from
-
-        def plan(now: float, steps: int):
-            nonlocal static, read
-            ro = self._read(t, None)  # the same tuple while the table's columns are
-            if ro is not read:
-                read = ro
-                output, match_key, accept_key, cls_idx, alpha_scale, _, alpha_table = ro
-                static = (int(policy.fixed_k), int(sch.token_budget),
-                          bool(sch.chunked_prefill), t.generated, output, t.steps, match_key,
-                          accept_key, cls_idx, alpha_scale, t.kv_len, t.blocks, _EMPTY_I,
-                          False, int(kn.kv_total), int(kn.kv_total), 0, False, alpha_table,
-                          bool(d.proposes_always), float(d.match_rate), self.widths,
-                          self.use_tree, int(kn.bs), t.prefill_target,
-                          bool(getattr(t, "hands_off", False)), *self._price_args())
-            rows = worker.run
-            fits, multi, pre0, chunking, S, m, Ia, Bo, Iv, F = _shape_plan_priced(
-                rows, steps, worker.chunk_segments, kv.total - kv.used, float(now), *static)
-            if not fits:
-                return None
-            return _segment(Segment, rows, pre0, chunking, S, m, Ia, Bo, Iv, *F), multi
-
-        return plan
-
-    # ------------------------------------------------------------ commit
-    def commits(self, ledger) -> bool:
-        """The ledger is a plain ``Ledger`` (its accumulation is repeated here); asked at
-        every commit, answered once per ledger."""
-        if self._ledger_cls is not None and self._ledger_cls[0] is ledger:
-            return self._ledger_cls[1]
-
-        ok = type(ledger) is Ledger and _same(ledger, Ledger, "add")
-        self._ledger_cls = (ledger, ok)
-        return ok
-
-    def commit(self, seg, upto: int, kv, ledger, metrics, wid: int, record: bool):
-        a, b = seg.done, upto
-        n = b - a
-        kn = self.kernel
-        t, rows = kn.t, seg.rows
-        hist = kn.accept_hist
-        buf, row0 = metrics.reserve_rows(n) if record else (_NO_BUF, 0)
-        cls_idx = self._read(t, kn.shared)[3]
-        static = self._commit_static
-        if static is None or static[0] is not ledger or static[1] is not cls_idx:
-            # what stays the same from one commit to the next: the table's columns, the
-            # ledger's constants, the histogram
-            static = self._commit_static = (ledger, cls_idx, (
-                t.generated, t.accepted, t.bonus, t.drafted, t.steps, t.kv_len, t.blocks,
-                t.last_delivery, t.first_token, t.finish,
-                bool(kn.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
-                float(ledger.hbm_bw), float(ledger.power_idle), float(ledger.power_max),
-                hist if hist is not None else _NO_HIST, cls_idx, hist is not None))
-        pre = seg.pre_steps
-        chunked = pre is not None
-        Fo, Io, ng, nf, held_before, held_after, peak = _commit(
-            a, b, np.asarray(rows, np.int64), seg.emit, seg.acc, seg.k, seg.alive, seg.kv_add,
-            seg.finishing, seg.after_rows, seg.during, seg.end, seg.dt, seg.draft, seg.verify,
-            seg.flops, seg.nbytes, seg.dflops, seg.dbytes, seg.pf_tokens, seg.tokens,
-            seg.first0, seg.count0, seg.prefill0, *static[2], buf, row0, record, wid,
-            seg.reason, seg.start, chunked, pre if chunked else _NO_MASK,
-            seg.first_steps if chunked else _NO_MASK, seg.counted if chunked else _NO_MASK)
-        g = 2 * n + 12
-        metrics.add_itl(Fo[g:g + ng])
-        kv.set_held(int(held_before), int(held_after), int(peak))
-        seg.done = b
-        # Ledger.add's accumulation, in its order
-        sums = Fo[2 * n:g].tolist()
-        ledger.iterations += n
-        ledger.busy_s += sums[0]
-        ledger.draft_s += sums[1]
-        ledger.verify_s += sums[2]
-        ledger.energy_j += sums[3]
-        work_s, work_j = ledger.work_s, ledger.work_j
-        for w, kind in enumerate(_WORK):
-            work_s[kind] += sums[4 + w]
-        for w, kind in enumerate(_WORK):
-            work_j[kind] += sums[8 + w]
-        if a == 0:
-            if kn.last_reason is not None and seg.reason != kn.last_reason:
-                kn.reason_changes += 1
-            kn.last_reason = seg.reason
-        kn.reason_iterations[seg.reason] = kn.reason_iterations.get(seg.reason, 0) + n
-        if record:  # _commit wrote the rows in place
-            metrics.rows_added(n)
-        return Io
-
-
-def _segment(Segment, rows, pre0, chunking, S, m, Ia, Bo, Iv, dt, draft, verify, flops,
-             nbytes, dflops, dbytes, tokens, pf_tokens, start, end):
-    """The Segment of a compiled plan (its packed arrays unpacked, views not copies)."""
-    k, acc, emit, kv_add, after_rows = Ia
-    seg = Segment(rows, start, end, dt, draft, verify, flops, nbytes, tokens, k, acc,
-                  emit, kv_add, Bo[2 * S], Bo[:S], Bo[S:2 * S], Iv[0], after_rows, pre0,
-                  Bo[2 * S + 1], m, dflops, dbytes, pf_tokens)
-    seg.spec_free, seg.spec_alloc = Iv[2], Iv[3]
-    if chunking:
-        pre = Bo[2 * S + 2:3 * S + 2]
-        if pre[1:].any():  # a prompt went on in chunks past step 0
-            seg.pre_steps, seg.first_steps, seg.counted = (pre, Bo[3 * S + 2:4 * S + 2],
-                                                           Bo[4 * S + 2:])
-    return seg
-
-
-_NO_HIST = np.zeros((1, 1), np.int64)
-_NO_MASK = np.zeros((1, 1), np.bool_)  # a segment without chunks: its (S, B) masks' stand-in
-_NO_BUF = np.zeros((1, len(ITER_COLUMNS)))  # unrecorded: the iteration rows' stand-in
-

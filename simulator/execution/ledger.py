@@ -1,5 +1,6 @@
 """The ledger of one worker: busy time, the draft/verify split, energy and what the time
-and energy went to (``WORK_KINDS``). Python and compiled commits both add to it.
+and energy went to (``WORK_KINDS``). The kernel's commit accounts each stretch of steps
+(``kernel_jit._account``) and hands the sums to ``take``.
 """
 
 from __future__ import annotations
@@ -27,38 +28,40 @@ class Ledger:
     work_s: dict = field(default_factory=lambda: dict.fromkeys(WORK_KINDS, 0.0))
     work_j: dict = field(default_factory=lambda: dict.fromkeys(WORK_KINDS, 0.0))
 
-    def _util(self, flops, nbytes, seconds):
-        with np.errstate(invalid="ignore", divide="ignore"):
-            u = np.maximum(flops / (seconds * self.peak_flops), nbytes / (seconds * self.hbm_bw))
-        return np.where(seconds > 0, np.minimum(u, 1.0), 0.0)
-
     def add(self, dt, draft, verify, flops, nbytes, draft_phase, dflops, dbytes, drafted,
             accepted, decode_rows, prefill_tokens, tokens) -> tuple[np.ndarray, np.ndarray]:
-        """Account iterations; returns their compute and memory utilisation (of peak).
+        """Account iterations (per-step arrays); returns their compute and memory utilisation
+        (of peak). The kernel's ``_account`` does the accounting (the kernel's commit calls
+        it directly and hands its sums to ``take``).
 
         Energy: the draft phase at its own utilisation, the rest of the step (verify pass,
         engine and speculation overheads) at its own. Both are split over what the step
         produced (``WORK_KINDS``, see ``split_work``)."""
-        cu = flops / (dt * self.peak_flops)  # every planned iteration has tokens: dt > 0
-        mu = nbytes / (dt * self.hbm_bw)
-        rest = np.maximum(dt - draft_phase, 0.0)
-        dp = self.power_max - self.power_idle
-        e_draft = self.devices * draft_phase * (
-            self.power_idle + dp * self._util(dflops, dbytes, draft_phase))
-        e_rest = self.devices * rest * (
-            self.power_idle + dp * self._util(flops - dflops, nbytes - dbytes, rest))
-        busy = float(dt.sum())
-        self.iterations += len(dt)
-        self.busy_s += busy
-        self.draft_s += float(draft.sum())
-        self.verify_s += float(verify.sum())
-        self.energy_j += float(e_draft.sum() + e_rest.sum())
-        shares = (drafted, accepted, decode_rows, prefill_tokens, tokens)
-        for kind, v in split_work(draft, dt - draft, *shares).items():
-            self.work_s[kind] += float(v.sum())
-        for kind, v in split_work(e_draft, e_rest, *shares).items():
-            self.work_j[kind] += float(v.sum())
-        return cu, mu
+        from specsim.simulator.execution import kernel_jit as kj
+
+        n = len(dt)
+        f = [np.ascontiguousarray(x, np.float64) for x in (
+            dt, draft, verify, flops, nbytes, draft_phase, dflops, dbytes, drafted, accepted,
+            decode_rows, prefill_tokens, tokens)]
+        out = np.empty(2 * n + kj.LEDGER_SUMS)
+        kj._account(0, n, *f, self.devices, float(self.peak_flops), float(self.hbm_bw),
+                    float(self.power_idle), float(self.power_max), out)
+        self.take(n, out[2 * n:])
+        return out[:n], out[n:2 * n]
+
+    def take(self, n: int, sums: np.ndarray) -> None:
+        """Add ``n`` iterations' sums (``kernel_jit._account``: busy, draft and verify
+        seconds, energy, then WORK_KINDS' seconds and joules)."""
+        s = sums.tolist()
+        self.iterations += n
+        self.busy_s += s[0]
+        self.draft_s += s[1]
+        self.verify_s += s[2]
+        self.energy_j += s[3]
+        for w, kind in enumerate(WORK_KINDS):
+            self.work_s[kind] += s[4 + w]
+        for w, kind in enumerate(WORK_KINDS):
+            self.work_j[kind] += s[8 + w]
 
 
 #: what a step's time and energy went to: accepted draft tokens, bonus tokens (one per
@@ -71,14 +74,12 @@ def split_work(draft, rest, drafted, accepted, decode_rows, prefill_tokens, toke
                ) -> dict[str, np.ndarray]:
     """Per step: the draft phase shared over drafted tokens (accepted vs rejected), the rest
     of the step over the target pass's tokens (accepted, bonus, prompt, and the remaining
-    verified tokens, which were rejected). The parts add up to draft + rest exactly."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        d_acc = np.where(drafted > 0, draft * accepted / drafted, 0.0)
-        per_tok = np.where(tokens > 0, rest / tokens, 0.0)
-    acc = d_acc + per_tok * accepted
-    bonus = per_tok * decode_rows
-    prefill = per_tok * prefill_tokens
-    rest_other = np.where(tokens > 0, 0.0, rest)  # a step without target tokens: overhead
-    wasted = np.maximum(draft - d_acc, 0.0) + per_tok * np.maximum(
-        tokens - accepted - decode_rows - prefill_tokens, 0.0) + rest_other
-    return {"accepted": acc, "bonus": bonus, "wasted": wasted, "prefill": prefill}
+    verified tokens, which were rejected). The parts add up to draft + rest exactly
+    (``kernel_jit._split``, step by step)."""
+    from specsim.simulator.execution import kernel_jit as kj
+
+    cols = np.broadcast_arrays(*(np.asarray(x, np.float64) for x in (
+        draft, rest, drafted, accepted, decode_rows, prefill_tokens, tokens)))
+    rows = zip(*(c.tolist() for c in cols), strict=True)
+    parts = np.array([kj._split(*v) for v in rows]).reshape(-1, 4)
+    return dict(zip(WORK_KINDS, parts.T, strict=True))

@@ -8,11 +8,53 @@ the one mirror of that order; tests/test_kernel_compiled.py checks it against nu
 
 from __future__ import annotations
 
+from types import FunctionType
+
 import numpy as np
-from numba import njit
+
+try:
+    import numba
+except ImportError:  # a core dependency; without it every kernel function runs in Python
+    numba = None
 
 #: how every compiled function of the kernel is compiled (cached on disk)
 JIT = {"cache": True, "error_model": "numpy", "nogil": True}
+
+
+def njit(**options):
+    """numba's ``njit(**options)``; where numba is missing, the function as written."""
+    return numba.njit(**options) if numba is not None else (lambda fn: fn)
+
+
+def jit(fn):
+    """A kernel function compiled as every one is (``JIT``); see ``pure`` for the other way
+    to run it."""
+    return njit(**JIT)(fn)
+
+
+_PURE: dict[int, dict] = {}  # id of a module's globals -> the same names, pure-Python
+
+
+def pure(fn):
+    """The pure-Python version of a kernel function: numba's ``py_func`` (the very source
+    numba compiles), whose calls to other kernel functions go to their pure-Python versions
+    too. ``simulation.compiled: false`` (or no numba) and a plug-in whose Python hook runs
+    inside a kernel loop run these; same source, same float operations in the same order,
+    so the same bits (numpy scalars wrap uint64 as numba does: call them under
+    ``np.errstate(over="ignore")``)."""
+    py = getattr(fn, "py_func", fn)
+    return FunctionType(py.__code__, _pure_globals(py.__globals__), py.__name__,
+                        py.__defaults__, py.__closure__)
+
+
+def _pure_globals(g: dict) -> dict:
+    ns = _PURE.get(id(g))
+    if ns is None:
+        ns = _PURE[id(g)] = dict(g)
+        for name, v in g.items():
+            if hasattr(v, "py_func"):  # a numba dispatcher
+                ns[name] = pure(v)
+    return ns
 
 
 def _skip_blas_probe() -> None:

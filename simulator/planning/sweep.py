@@ -265,15 +265,10 @@ def run_point(scenario: Any, point: dict[str, Any], seed: int) -> dict[str, Any]
     return flatten(res.metrics)
 
 
-def _task(args: tuple[Any, int, dict[str, Any], int, bool]
-          ) -> tuple[int, int, dict[str, Any]]:
-    """One run; ``many``: the process running it runs others too, so the compiled kernel
-    (``simulation.compiled: auto``) pays for itself whatever the run's length."""
-    from specsim.simulator.execution.kernel import many_runs
-
-    scenario, index, point, seed, many = args
-    with many_runs(many):
-        return index, seed, run_point(scenario, point, seed)
+def _task(args: tuple[Any, int, dict[str, Any], int]) -> tuple[int, int, dict[str, Any]]:
+    """One run: (point index, seed, its flattened metrics)."""
+    scenario, index, point, seed = args
+    return index, seed, run_point(scenario, point, seed)
 
 
 def _watch_parent() -> None:
@@ -552,9 +547,7 @@ def run_sweep(scenario: Any, grid: dict[str, list[Any]], seeds: int = 1, jobs: i
     wanted = {(i, s) for i, ss in enumerate(point_seeds) for s in ss}
     done = {k: v for k, v in done.items() if k in wanted}
     todo = [(i, s) for i, ss in enumerate(point_seeds) for s in ss if (i, s) not in done]
-    # two runs or more per process: the compiled kernel pays for itself (kernel.many_runs)
-    many = len(todo) >= 2 * max(min(jobs, len(todo)), 1)
-    todo = [(scenario, i, points[i], s, many) for i, s in todo]
+    todo = [(scenario, i, points[i], s) for i, s in todo]
     total = len(wanted)
 
     with contextlib.ExitStack() as stack:

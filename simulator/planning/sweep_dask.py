@@ -119,14 +119,14 @@ class DaskRunner:
             return
         client, where = self.client, self.where
         token = secrets.token_hex(4)  # our keys cannot meet another client's on the scheduler
-        keys = [f"specsim-sweep-{token}-p{i}-s{s}" for _, i, _, s, _ in todo]
-        tasks = [(self.scenario, i, p, s, many) for _, i, p, s, many in todo]
+        keys = [f"specsim-sweep-{token}-p{i}-s{s}" for _, i, _, s in todo]
+        tasks = [(self.scenario, i, p, s) for _, i, p, s in todo]
         futures = client.map(task, tasks, key=keys, pure=False)
         by_key = {f.key: t for f, t in zip(futures, tasks, strict=True)}
         seen: set[tuple[int, int]] = set()
         try:
             for fut in as_completed(futures):
-                _, i, _, s, _ = by_key[fut.key]
+                _, i, _, s = by_key[fut.key]
                 try:
                     point, seed, row = fut.result()
                 except KilledWorker:
