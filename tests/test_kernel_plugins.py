@@ -1,9 +1,11 @@
-"""A plug-in the compiled kernel has no copy of is found by its methods and named in the run's
-notes (it runs on the slower Python path); built-ins give no note."""
+"""A plug-in the kernel has no data for is found by its methods and named in the run's notes
+(the kernel calls it through a slower Python hook); built-ins give no note; each hook gives
+the built-in's bits when the plug-in does what the built-in does."""
 
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from specsim.simulator.cluster.engine import run_scenario
 from specsim.simulator.cluster.worker import Ledger
@@ -58,6 +60,46 @@ def test_a_plug_in_scheduler_is_named_in_the_notes_and_gives_the_same_run():
     built_in = run_scenario(sc, trace=tr)
     plug = run_scenario({**sc, "scheduler": {"policy": "test_fcfs_copy"}}, trace=tr)
     said = [n for n in plug.notes if n.startswith("plug-in batch scheduler FcfsCopy")]
-    assert len(said) == 1 and "slower Python path" in said[0]
+    assert len(said) == 1 and "Python hook" in said[0]
     assert not any(n.startswith("plug-in") for n in built_in.notes)
     pd.testing.assert_frame_equal(built_in.requests, plug.requests)  # the same bits
+
+
+@pytest.mark.parametrize("axis", ["drafter", "ledger", "acceptance model"])
+def test_each_hook_gives_the_built_ins_bits(axis, monkeypatch):
+    """A plug-in that does what the built-in does, patched in from outside specsim: the
+    kernel calls it through its hook (pricing between the compiled plan and its timing; a
+    ledger's add after the compiled commit; the acceptance sampler inside the pure-Python
+    plan's loop) and the run is the built-in's, bit for bit, with a note."""
+    from specsim.simulator.execution.ledger import Ledger as BuiltInLedger
+    from specsim.simulator.speculation.acceptance import AcceptanceModel
+
+    sc = {"model": "Llama-3.1-8B", "hardware": {"accelerator": "H100-SXM"},
+          "speculation": {"method": "draft_model", "k": 3, "drafter": "Llama-3.2-1B",
+                          "acceptance": {"alpha": 0.7}},
+          "workload": {}, "simulation": {"progress": False}}
+    tr = make_trace(60, rate=20.0, prompt=(20, 1500), output=(1, 200), seed=4)
+    built_in = run_scenario(sc, trace=tr)
+
+    def outside(fn):
+        fn.__module__ = __name__
+        return fn
+
+    if axis == "drafter":
+        own = SequentialDrafter.cost_steps
+        monkeypatch.setattr(SequentialDrafter, "cost_steps",
+                            outside(lambda self, *a: own(self, *a)))
+    elif axis == "ledger":
+        add = BuiltInLedger.add
+        monkeypatch.setattr(BuiltInLedger, "add", outside(lambda self, *a: add(self, *a)))
+    else:
+        acc = AcceptanceModel.accepted
+        monkeypatch.setattr(AcceptanceModel, "accepted",
+                            staticmethod(outside(lambda u, c, k: acc(u, c, k))))
+    plug = run_scenario(sc, trace=tr)
+    assert [n for n in plug.notes if n.startswith(f"plug-in {axis} ")]
+    pd.testing.assert_frame_equal(built_in.requests, plug.requests, check_exact=True)
+    pd.testing.assert_frame_equal(built_in.iterations, plug.iterations, check_exact=True)
+    drop = ("wall_time_s", "notes")
+    assert ({k: v for k, v in built_in.metrics.items() if k not in drop}
+            == {k: v for k, v in plug.metrics.items() if k not in drop})

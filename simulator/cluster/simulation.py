@@ -112,7 +112,7 @@ class Simulation:
             pool.router = make_router(pool.router_policy, len(pool.workers), pool.router_params)
         for h in self.handoffs:
             h.attach(fleet.pool(h.link.source), fleet.pool(h.link.target))
-        note_plugins(self.notes, self.workers)  # plug-ins run on the slower Python path
+        note_plugins(self.notes, self.workers)  # plug-ins run through slower Python hooks
 
     # ------------------------------------------------------------------ what others read
     @property

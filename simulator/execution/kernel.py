@@ -29,6 +29,7 @@ import operator
 
 import numpy as np
 
+from specsim.simulator.execution.plugins import KERNEL_METHODS, foreign, pricing_plugins
 from specsim.simulator.execution.segment import Segment, StepShape
 from specsim.simulator.metrics.iteration_log import ITER, ITER_COLUMNS
 
@@ -90,7 +91,7 @@ class Kernel:
         self.last_reason: int | None = None
         # hooks: a plug-in acceptance model samples inside the plan's loop (pure Python)
         own = (getattr(type(acceptance), "accepted", None) is AcceptanceModel.accepted
-               and "accepted" not in vars(acceptance))
+               and not foreign(acceptance, KERNEL_METHODS["acceptance model"]))
         self._accepted = None if own else acceptance.accepted
         self.compiled = compiled_backend(compiled) and own
         self.fn = kj.functions(self.compiled)
@@ -98,7 +99,7 @@ class Kernel:
         # the verify width of each draft length: a chain (k + 1), a tree's, or a drafter's
         # own ``verify_width`` tabulated over every length
         tree = getattr(drafter, "tree", None)
-        if not kj.same(drafter, dr.Drafter, "verify_width"):
+        if not kj.same(drafter, dr.Drafter, "verify_width") or foreign(drafter, ("verify_width",)):
             self.widths = kj.frozen(drafter.verify_width(np.arange(dr.MAX_DEPTH + 1)),
                                     np.int64)
         elif tree is not None:
@@ -130,7 +131,7 @@ class Kernel:
 
             kj, ex = self._kj, self.executor
             tp = kj.cost_params(ex.target) if type(ex) is Executor and kj.same(
-                ex, Executor, "price") else None
+                ex, Executor, "price") and not pricing_plugins(ex) else None
             dk = kj.drafter_data(ex.drafter) if tp is not None else None
             if dk is None:
                 self._pricing = False
@@ -225,6 +226,8 @@ class Kernel:
 
         d, policy, sch = self.drafter, worker.policy, worker.scheduler
         if not (self._accepted is None and self._price_args() and type(sch) is FcfsScheduler
+                and not foreign(sch, KERNEL_METHODS["batch scheduler"])
+                and not foreign(d, KERNEL_METHODS["drafter"])
                 and type(worker.kv) is BlockAllocator and worker.cache is None
                 and self.shared is None and isinstance(policy, StaticK)
                 and type(policy).choose is StaticK.choose and policy.fixed_k is not None
@@ -271,7 +274,8 @@ class Kernel:
             from specsim.simulator.execution.ledger import Ledger
 
             self._ledger = (ledger, type(ledger) is Ledger
-                            and self._kj.same(ledger, Ledger, "add", "take"))
+                            and self._kj.same(ledger, Ledger, "add", "take")
+                            and not foreign(ledger, KERNEL_METHODS["ledger"]))
         return self._ledger[1]
 
     def commit(self, seg: Segment, upto: int, kv, ledger, metrics, wid: int,

@@ -1,12 +1,17 @@
-"""Plug-ins the compiled kernel cannot run, found by their methods, and the run's note.
+"""Plug-ins the kernel has no data for, found by their methods, and the run's note.
 
-The compiled kernel (kernel_jit.py) plans, prices and commits with its own copies of the
-built-in rules. A drafter, acceptance model, cost model, executor, batch scheduler or
-ledger written outside specsim, or a built-in one whose method was
-replaced (a subclass overriding ``cost_steps``, a method patched on the class or on the
-object), makes that part run in Python instead: the run gives the plug-in's results, only
+The kernel (kernel_jit.py) plans, prices and commits with the built-in rules written once
+there; a built-in drafter or cost model is data to it (a kind and its parameters). A
+drafter, acceptance model, cost model, executor, batch scheduler or ledger written outside
+specsim, or a built-in one whose method was replaced (a subclass overriding ``cost_steps``,
+a method patched on the class or on the object), is called from the kernel through a
+Python hook instead (``kernel.Kernel``): pricing between the compiled plan and its timing,
+a ledger's ``add`` after the compiled commit, a scheduler's ``shape`` instead of the
+kernel's fcfs step 0, and an acceptance model's ``accepted`` inside the plan's loop, which
+therefore runs the kernel's pure-Python versions. The run gives the plug-in's results, only
 slower. This module finds such objects by the methods the kernel relies on (each method
-object's defining module, not just the object's class), so the run's notes can say why.
+object's defining module, not just the object's class), so the kernel picks its hooks and
+the run's notes say why.
 """
 
 from __future__ import annotations
@@ -19,13 +24,16 @@ KERNEL_METHODS: dict[str, tuple[str, ...]] = {
                    "_evaluate"),
     "executor": ("price",),
     "batch scheduler": ("shape", "admit", "blocked"),
-    "ledger": ("add",),
+    "ledger": ("add", "take"),
 }
 
 _OURS = "specsim."
 
-#: the slowdown the note quotes (measured in issue 22: a run on the Python path)
-SLOWDOWN = "about 3.5x slower, measured"
+#: the slowdown the note quotes (benchmarks/kernel_cost.py, the loop of 1,000 chat requests
+#: against the built-in kernel's: a drafter's pricing hook 1.8x, a ledger's 1.2x, an
+#: acceptance model's 14.6x)
+SLOWDOWN = ("measured: a pricing or ledger hook 1.2-1.8x slower, an acceptance model, "
+            "which runs the kernel's pure-Python versions, about 15x")
 
 
 def _module(fn) -> str:
@@ -68,10 +76,23 @@ def plugin_notes(worker) -> list[str]:
         why = foreign(obj, KERNEL_METHODS[axis])
         if why:
             notes.append(f"plug-in {axis} {type(obj).__name__} ({'; '.join(why)}): the "
-                         f"compiled kernel has no copy of its rules, so this run plans, prices "
-                         f"or commits its iterations on the slower Python path ({SLOWDOWN}; "
-                         f"the results are the plug-in's own)")
+                         f"kernel has no data for its rules, so this run calls it from the "
+                         f"kernel through a Python hook, which runs slower ({SLOWDOWN}; the "
+                         f"results are the plug-in's own)")
     return list(dict.fromkeys(notes))
+
+
+def pricing_plugins(executor) -> bool:
+    """The executor, its target's cost model, its drafter or the drafter's own cost model
+    is a plug-in: the Python pricing hook prices (``Kernel._price_args``)."""
+    d = getattr(executor, "drafter", None)
+    parts = [("executor", executor), ("cost model", getattr(executor, "target", None)),
+             ("drafter", d)]
+    for attr in ("model", "cost", "target"):  # a drafter's own cost model
+        cm = getattr(d, attr, None)
+        if cm is not None and hasattr(cm, "time_and_work"):
+            parts.append(("cost model", cm))
+    return any(foreign(obj, KERNEL_METHODS[axis]) for axis, obj in parts)
 
 
 def note_plugins(notes: list[str], workers) -> None:
