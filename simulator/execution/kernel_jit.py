@@ -804,7 +804,7 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
     the order ``Kernel.commit`` adds them (ng)); Io = the finished rows (nf); ng, nf; KV
     blocks held before and after; the peak during. With ``record``, the iteration log's
     ITER_COLUMNS of the n steps go into ``buf`` from row ``row0``
-    (``Metrics.reserve_rows``), as ``Metrics.add_iterations`` would write them.
+    (``Metrics.reserve_rows``), each column by name (``ITER.<column>``).
     ``chunked``: a segment through prefill chunks, whose (S, B) masks ``pre`` (prefilling),
     ``firsts`` (first token) and ``counted`` (a target step) replace step 0's."""
     B = len(rows)

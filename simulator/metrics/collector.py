@@ -10,9 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from specsim.simulator.metrics.iteration_log import ITER, ITER_COLUMNS
-
-_ITER_NAMES = set(ITER_COLUMNS)
+from specsim.simulator.metrics.iteration_log import ITER_COLUMNS
 
 
 class LogHistogram:
@@ -138,21 +136,9 @@ class Metrics:
             code = self.reasons[reason] = len(self.reasons)
         return code
 
-    def add_iterations(self, m: int, **cols) -> None:
-        """``m`` rows at once (scalars broadcast): a committed stretch of a segment, every
-        column of ``ITER_COLUMNS`` by name."""
-        if cols.keys() != _ITER_NAMES:
-            raise TypeError(f"add_iterations needs the columns {ITER_COLUMNS}, "
-                            f"got {tuple(cols)}")
-        buf, n0 = self.reserve_rows(m)
-        block = buf[n0:n0 + m]
-        for name, c in cols.items():
-            block[:, ITER[name]] = c
-        self.rows_added(m)
-
     def reserve_rows(self, m: int) -> tuple[np.ndarray, int]:
         """Room for ``m`` rows: (the buffer, the first new row's index), for a writer of the
-        ITER_COLUMNS in place (``add_iterations``, the compiled commit); ``rows_added(m)``
+        ITER_COLUMNS in place by name (the kernel's commit, ``ITER.<column>``); ``rows_added(m)``
         then counts them in."""
         if self._log is not None and self._n and self._n + m > self._chunk:
             self._flush()  # before adding: fill_extra may still write the rows added now

@@ -29,9 +29,8 @@ from typing import IO
 import numpy as np
 import pandas as pd
 
-#: the iteration log's columns, in order (then ``Metrics.extra``): the one table both
-#: commits index by name, the Python one by keyword (``Metrics.add_iterations``), the
-#: compiled one by ``ITER.<name>`` (kernel_jit.py)
+#: the iteration log's columns, in order (then ``Metrics.extra``): the one table, written
+#: by name (``ITER.<name>``) by the kernel's commit (kernel_jit._commit)
 ITER_COLUMNS = ("time_s", "worker", "batch_size", "decode_seqs", "prefill_seqs", "tokens",
                 "drafted_tokens", "draft_time_s", "verify_time_s", "compute_util",
                 "memory_util", "kv_blocks_used", "policy_reason")
