@@ -14,10 +14,10 @@ everything else are kept. Leave-one-model-out says how well they transfer.
     python benchmarks/engine_fit.py --write-bundled  # update cost_models/calibrations/*.yaml
 
 Run ``operator_fit.py --write-bundled`` first when the operator tables change (it rewrites
-the profiles; this script then adds the engine stack). Speculation's per-step and
-per-sequence overheads come from a published measurement (REFERENCES-speculation-load.md
-A7; vLLM issue #49548) and are written with it. Reads ../shared/data/vllm_runs; where it is
-absent it says so and exits 0.
+the profiles; this script then adds the engine stack). Speculation's own costs (per step,
+and each drafter pass's kernel floor) come from the public measurements in
+cost_models/data/spec_step_costs.yaml (``spec_values``) and are written with their sources.
+Reads ../shared/data/vllm_runs; where it is absent it says so and exits 0.
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from specsim.cost_models.calibrate.engine_fit import (  # noqa: E402
     STACK_PARAMS,
-    SpecOverheadSample,
     fit_engine,
-    fit_spec_overheads,
     identifiability,
     leave_one_group_out,
     operator_tables_values,
@@ -54,22 +52,53 @@ TRANSFER_TO = ("A100-SXM-80GB",)
 RUNS_SOURCE = ("8 measured vLLM v1 runs on H100-SXM (../shared/data/vllm_runs: Llama-2-7B TP1, "
                "Llama-2-70B TP4, Mixtral-8x7B TP2, CodeLlama-34B TP2; 16 load stages), "
                "benchmarks/engine_fit.py")
-# REFERENCES-speculation-load.md A7: vLLM 0.27.1, 1x H100 NVL, gemma-4-31B FP8, 400-token
-# context, speculation configured but K=0: TPOT +0.943 ms at concurrency 2, +16.656 ms at 189.
-A7_TPOT_DELTA = ((2, 15.317e-3 - 14.374e-3), (189, 93.820e-3 - 77.164e-3))
-A7_SOURCE = ("vLLM issue #49548 (2026-08-24), REFERENCES-speculation-load.md A7: TPOT with a "
-             "speculator configured at K=0 vs none, concurrency 2 and 189, 1x H100 NVL, "
-             "vLLM 0.27.1; a line through the two points; measured on another engine version "
-             "and chip, transferred")
+def spec_values() -> tuple[dict[str, float], dict[str, str]]:
+    """Speculation's own costs, from the public measurements in
+    cost_models/data/spec_step_costs.yaml (``cost_models.calibrate.spec_costs``):
 
+    - per step with a speculator configured (drafting or idle): vLLM's V2 model runner
+      measured 0.11 ms per step at K=0 with the drafter pass skipped (18.29 -> 18.40 ms at
+      batch 8, vllm#49548), above the spec path's own fitted fixed cost (7 us, poorly
+      identified) and under the rejection-sampling bound (0.16 ms at batch 1, H100);
+    - per sequence and per drafted token: 0, since no measurement identifies either (the
+      one per-sequence slope, A7's 84 us, is V1 dynamic SD's graph-mode downgrade plus a
+      drafter pass at K=0, a configuration rather than speculation's work);
+    - each drafter pass: a kernel floor per pass and per layer, fitted to vLLM draft passes
+      (SpecDecode-Bench's H100 measurements, poorly identified: range 30-116 us per layer).
+    """
+    from specsim.cost_models.calibrate.spec_costs import fit_all, idle_at
 
-def spec_overheads() -> dict[str, float]:
-    """Per step and per decoding sequence, fitted to A7's two points (nothing drafted, so
-    the per-drafted-token term stays unfitted)."""
-    samples = [SpecOverheadSample(f"A7 concurrency {b}", float(b), 0.0, d)
-               for b, d in A7_TPOT_DELTA]
-    fit = fit_spec_overheads(samples, ("spec_step_overhead_s", "spec_seq_overhead_s"))
-    return {k: round(v, 9) for k, v in fit.items()}
+    rep = fit_all()
+    idle = rep.idle["vllm-mrv2-skip"]
+    step, how = idle_at(idle, idle.points[0].rows)
+    floor = rep.floors["engine_draft"]
+    src = rep.sources
+    idle_src = src[idle.points[0].source]
+    values = {"spec_step_overhead_s": round(step, 9), "spec_seq_overhead_s": 0.0,
+              "spec_token_overhead_s": 0.0,
+              "draft_pass_overhead_s": round(floor.value("draft_pass_overhead_s"), 9),
+              "draft_layer_overhead_s": round(floor.value("per_layer_overhead_s"), 9)}
+    ids = sorted({r.source for r in floor.rows})
+    sources = {
+        "spec_step_overhead_s": (
+            f"{idle_src.url} ({idle_src.date}): speculation configured and idle, vLLM V2 "
+            f"model runner with skip_draft_when_k0, {idle_src.hardware}: "
+            f"{step * 1e3:.2f} ms per step ({how}); charged on every step with a speculator, "
+            "drafting or not (the spec path's own fixed cost fits 7 us, under it); "
+            "cost_models/data/spec_step_costs.yaml, transferred to this chip"),
+        "spec_seq_overhead_s": ("0: no public measurement identifies a per-sequence term "
+                                "(cost_models/data/spec_step_costs.yaml; docs/"
+                                "speculation-costs.md)"),
+        "spec_token_overhead_s": ("0: under the rejection-sampling bound of 1.1 us per drafted "
+                                  "token at batch 128 (SpecDecode-Bench, H100); not identified"),
+        "draft_pass_overhead_s": (
+            "kernel floor of a drafter pass, fitted to vLLM draft passes "
+            f"({', '.join(ids)}; cost_models/data/spec_step_costs.yaml), poorly identified"),
+        "draft_layer_overhead_s": (
+            "kernel floor per drafter layer, fitted with draft_pass_overhead_s "
+            f"({', '.join(ids)}); range 30-116 us over the regimes, poorly identified"),
+    }
+    return values, sources
 
 
 def _cal(doc: dict, values: dict, origin: str):
@@ -130,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
     stack = {k: round(float(getattr(fitted, k)), 9) for k in STACK_PARAMS}
     print("fitted: " + ", ".join(f"{k} {v:g} (tables {op_values.get(k)})"
                                  for k, v in stack.items()))
-    spec = spec_overheads()
-    print("speculation (A7, transferred): " + ", ".join(f"{k} {v * 1e6:.1f} us"
-                                                       for k, v in spec.items()))
+    spec, spec_sources = spec_values()
+    print("speculation (public measurements, transferred): "
+          + ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in spec.items()))
     if not args.write_bundled:
         return 0
     today = dt.date.today().isoformat()
@@ -155,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             **{k: ("vllm_runs refit (engine_fit)" if own else
                    f"TRANSFERRED from the {FITTED_ON} vllm_runs refit (no runs on {hw})")
                for k in stack},
-            **{k: A7_SOURCE for k in spec}}
+            **spec_sources}
         for k, neutral in EXTRA_PARAMS.items():  # what no data here separates
             if k not in d["parameter_sources"]:
                 d["parameter_sources"][k] = f"not fitted: the neutral default ({neutral})"

@@ -42,6 +42,7 @@ EXTRA_PARAMS: dict[str, float | None] = {
     "engine_per_seq_s": 0.0,  # ... per sequence in the batch (sampling, bookkeeping)
     "engine_per_prefill_s": 0.0,  # ... per prompt chunk in the batch
     "draft_pass_overhead_s": None,  # fixed cost of one drafter pass (None: fixed_overhead_s)
+    "draft_layer_overhead_s": None,  # kernel floor per drafter layer (None: per_layer_overhead_s)
     "spec_step_overhead_s": 0.0,  # per step with a drafter configured: proposer launch,
     "spec_seq_overhead_s": 0.0,  # ... per decoding sequence: rejection sampling, bookkeeping
     "spec_token_overhead_s": 0.0,  # ... per drafted token: draft-token bookkeeping, KV slots
@@ -72,6 +73,7 @@ class Calibration:
     engine_per_seq_s: float = 0.0
     engine_per_prefill_s: float = 0.0
     draft_pass_overhead_s: float | None = None
+    draft_layer_overhead_s: float | None = None
     spec_step_overhead_s: float = 0.0
     spec_seq_overhead_s: float = 0.0
     spec_token_overhead_s: float = 0.0
@@ -107,7 +109,8 @@ def uncalibrated_default(hardware_name: str) -> Calibration:
 
 #: engine and speculation parameters an uncalibrated chip borrows (see uncalibrated_default)
 ENGINE_DEFAULT_PARAMS = ("engine_fixed_s", "engine_per_seq_s", "engine_per_prefill_s",
-                         "spec_step_overhead_s", "spec_seq_overhead_s", "spec_token_overhead_s")
+                         "spec_step_overhead_s", "spec_seq_overhead_s", "spec_token_overhead_s",
+                         "draft_pass_overhead_s", "draft_layer_overhead_s")
 ENGINE_DEFAULT_FROM = "H100-SXM"
 
 
@@ -128,7 +131,8 @@ def _engine_defaults() -> tuple[dict[str, float], str]:
             if isinstance(fitted.get(k), int | float)}
     if not vals:
         return {}, ""
-    return vals, (f"; engine CPU work and speculation overheads: transferred from the bundled "
+    return vals, (f"; engine CPU work, speculation overheads and drafter-pass floors: "
+                  f"transferred from the bundled "
                   f"{ENGINE_DEFAULT_FROM} profile (a vLLM v1 fit)")
 
 

@@ -79,7 +79,7 @@ class ForwardCostModel:
       read / (BW * eta_attn_decode));
     - tensor-parallel all-reduce, two per layer: latency + ring bytes / (link BW * eff);
     - fixed costs: a floor per layer (kernel launches and tails) and one per pass (a
-      drafter's passes pay ``draft_pass_overhead_s``).
+      drafter's passes pay ``draft_layer_overhead_s`` and ``draft_pass_overhead_s``).
     The engine's CPU work per iteration and speculation's per-step work are not passes:
     ``iteration_overhead`` and ``speculation_overhead`` price them for the executor.
     """
@@ -141,10 +141,15 @@ class ForwardCostModel:
         else:
             self._comm_per_token = 0.0
             self._comm_fixed = 0.0
-        per_pass = cal.fixed_overhead_s
-        if role == "drafter" and cal.draft_pass_overhead_s is not None:
-            per_pass = cal.draft_pass_overhead_s
-        self._overhead = per_pass + cal.per_layer_overhead_s * m.n_layers
+        # kernel floors: per pass and per layer; a drafter's passes pay their own where a
+        # profile has them (small passes in an engine: launches and tails, not bandwidth)
+        per_pass, per_layer = cal.fixed_overhead_s, cal.per_layer_overhead_s
+        if role == "drafter":
+            if cal.draft_pass_overhead_s is not None:
+                per_pass = cal.draft_pass_overhead_s
+            if cal.draft_layer_overhead_s is not None:
+                per_layer = cal.draft_layer_overhead_s
+        self._overhead = per_pass + per_layer * m.n_layers
 
     # ------------------------------------------------------------------ memory
     @property
