@@ -96,7 +96,8 @@ def spec_values() -> tuple[dict[str, float], dict[str, str]]:
             f"({', '.join(ids)}; cost_models/data/spec_step_costs.yaml), poorly identified"),
         "draft_layer_overhead_s": (
             "kernel floor per drafter layer, fitted with draft_pass_overhead_s "
-            f"({', '.join(ids)}); range 30-116 us over the regimes, poorly identified"),
+            f"({', '.join(ids)}; cost_models/data/spec_step_costs.yaml); range 30-116 us "
+            "over the regimes, poorly identified"),
     }
     return values, sources
 

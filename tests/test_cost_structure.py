@@ -19,7 +19,8 @@ from tests.conftest import make_trace
 
 BF16 = get_precision({"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"}, "q")
 H100 = get_hardware("H100-SXM")
-ZERO = replace(uncalibrated_default("H100-SXM"), per_layer_overhead_s=0.0, fixed_overhead_s=0.0)
+ZERO = replace(uncalibrated_default("H100-SXM"), per_layer_overhead_s=0.0, fixed_overhead_s=0.0,
+               draft_pass_overhead_s=None, draft_layer_overhead_s=None)
 
 
 def cm(model="Llama-3.1-8B", tp=1, role="target", **cal):

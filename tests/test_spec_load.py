@@ -121,8 +121,12 @@ def priced_speedups(target: str, spec: dict, k: int, tau: float, context: float,
     return [tau * step_time(off, b, context, 0) / step_time(on, b, context, k) for b in batches]
 
 
-def non_increasing(xs: list[float]) -> bool:
-    return all(b <= a * (1 + 1e-12) for a, b in zip(xs, xs[1:], strict=False))
+def non_increasing(xs: list[float], rise: float = 0.01) -> bool:
+    """No step up by more than ``rise``: a drafter pass at its kernel floor costs the same
+    at batch 1 and 8 while the target's step grows a little, so a launch-bound drafter
+    (MTP: one layer) gains up to a fraction of a percent there, as published curves show
+    (A2's MTP k=2: 1.94x at 1 request, 2.04x at 2)."""
+    return all(b <= a * (1 + rise) for a, b in zip(xs, xs[1:], strict=False))
 
 
 # ------------------------------------------------------------------ short context
@@ -258,7 +262,8 @@ def test_crossover_on_a_synthetic_curve():
 def test_published_curve_comparison_uses_the_published_tau():
     """A point's simulated speedup is tau x decode / step with the source's AL as tau, so
     doubling the AL doubles the speedup and leaves the step-cost ratio alone; a speculator
-    configured with nothing drafted costs more than none (A7's floor)."""
+    configured with nothing drafted costs its measured idle cost per step, no more (the V2
+    runner's 0.11 ms: a smaller share of a larger batch's step)."""
     curve = next(c for c in _BENCH.CURVES if "MTP k=2" in c.name)
     pt = curve.points[0]
     s1, r1 = _BENCH.sim_point(curve, pt.x, pt.method, pt.al)
@@ -266,4 +271,4 @@ def test_published_curve_comparison_uses_the_published_tau():
     assert s2 == pytest.approx(2 * s1) and r2 == r1 > 1.0
     a7 = next(c for c in _BENCH.CURVES if c.name.startswith("A7"))
     ratios = [_BENCH.sim_point(a7, p.x, p.method, p.al)[1] for p in a7.points]
-    assert 1.0 < ratios[0] < ratios[1]
+    assert 1.0 < ratios[1] < ratios[0] < 1.02
