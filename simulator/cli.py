@@ -289,11 +289,74 @@ def cmd_acceptance_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_acceptance_posterior(args: argparse.Namespace) -> int:
+    """`specsim acceptance posterior`: counts -> a posterior per key (and an A/B size)."""
+    import json
+
+    from specsim.errors import ScenarioError
+    from specsim.simulator.speculation import evidence
+
+    if args.ab and (args.rate is None or args.step_cost is None
+                    or (args.tpot_cv is None) == (args.requests is None)):
+        raise ScenarioError("--ab: needs --rate, --step-cost and one of --tpot-cv or "
+                            "--requests")
+    if not args.ab:
+        for flag in ("rate", "step_cost", "tpot_cv", "requests"):
+            if getattr(args, flag) is not None:
+                raise ScenarioError(f"--{flag.replace('_', '-')}: only with --ab")
+    if args.out is not None:
+        from specsim.outputs import check_file
+
+        check_file(args.out, args.force, "--out")  # refuse before reading anything
+        check_file(evidence.sidecar_path(args.out), args.force, "--out (its sidecar)")
+    beliefs = evidence.posteriors(args.file, args.format, cls=args.cls,
+                                  temperature=args.temperature,
+                                  design_effect=args.design_effect)
+    out: dict = {"posteriors": [b.to_dict(args.k, args.seed, args.draws) for b in beliefs]}
+    lines = [ln for b in beliefs for ln in evidence.describe(b, args.k, args.seed, args.draws)]
+    if args.ab:
+        from specsim.simulator.planning import ab_sizing
+
+        classes = [b.key.cls for b in beliefs]
+        if len(set(classes)) != len(classes):
+            raise ScenarioError("--ab: several keys share a class (models, drafters or "
+                                "temperatures): keep one with --class or split the file")
+        step = ab_sizing.parse_per_class(args.step_cost, "--step-cost")
+        steps = ab_sizing.per_class(step, classes, "--step-cost")
+        gains = {b.key.cls: ab_sizing.gain_from_tau(
+            b.tau_draws(args.k or b.k, args.draws, args.seed), steps[b.key.cls])
+            for b in beliefs}
+        cv = (ab_sizing.tpot_cv_from_requests(args.requests) if args.requests is not None
+              else ab_sizing.parse_per_class(args.tpot_cv, "--tpot-cv"))
+        plan = ab_sizing.size_ab(
+            gains, ab_sizing.parse_per_class(args.rate, "--rate"), cv,
+            gain_cv={b.key.cls: b.request_tpot_cv(args.k or b.k, seed=args.seed)
+                     for b in beliefs},
+            confidence=args.confidence, power=args.power)
+        out["ab"] = plan.to_dict()
+        lines += ["", plan.table()]
+    if args.out is not None:
+        res = evidence.write_profile(beliefs, args.out, name=args.name, method=args.method,
+                                     k=args.k, force=args.force, seed=args.seed,
+                                     draws=args.draws, command=f" {Path(args.file).name} "
+                                     f"--format {args.format}")
+        out["wrote"] = {"profile": res["path"], "sidecar": res["sidecar"]}
+        lines.append(f"wrote {res['path']} (posterior means; use it as speculation: "
+                     f"{{acceptance: {{profile: {res['path']}}}}}) and {res['sidecar']} "
+                     "(the posterior)")
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print("\n".join(lines))
+    return 0
+
+
 def _add_acceptance_commands(sub) -> None:
     """``specsim acceptance import``: measured acceptance -> a profile YAML (imports lazily)."""
     from specsim import flags
 
-    acc = sub.add_parser("acceptance", help="acceptance profiles: import measured acceptance")
+    acc = sub.add_parser("acceptance", help="acceptance profiles: import measured acceptance, "
+                         "or hold it as a posterior")
     accsub = acc.add_subparsers(dest="acceptance_command", required=True)
     imp = accsub.add_parser(
         "import", help="turn measured acceptance into a profile YAML a scenario can name",
@@ -325,6 +388,59 @@ def _add_acceptance_commands(sub) -> None:
                      help="write per-position alphas (default) or tau at k")
     imp.add_argument("--force", action="store_true", help="replace an existing --out file")
     imp.set_defaults(func=cmd_acceptance_import)
+    post = accsub.add_parser(
+        "posterior", help="per-request, per-round acceptance -> a posterior with bands "
+        "(and an A/B size)",
+        description="Read measured acceptance per round (csv: request_id, class, turn, round,\n"
+                    "accepted, a0..aD-1; sglang: per-request spec_accept_histogram; prometheus:\n"
+                    "vLLM per-position counters) or a profile (bundled name or YAML path), and\n"
+                    "print per class: counts, posterior-mean tau at k with P10-P90, the\n"
+                    "spread across requests and the effective sample size. Prior Beta(1, 1)\n"
+                    "per conditional alpha; rounds of one request are correlated (Beta over\n"
+                    "requests, fitted by marginal likelihood). --out writes the posterior\n"
+                    "mean as a profile plus FILE.posterior.yaml. --ab sizes an A/B per class.",
+        epilog="example: specsim acceptance posterior tests/data/acceptance_rounds.csv "
+               "--format csv --ab --rate code=0.5,chat=2 --tpot-cv 0.3 --step-cost 1.5",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    post.add_argument("file", help="the measurements (or, with --format profile, a bundled "
+                      "profile's name or a profile YAML)")
+    post.add_argument("--format", required=True,
+                      choices=("csv", "prometheus", "sglang", "profile"), help="what FILE is")
+    post.add_argument("--class", dest="cls", metavar="C", help="keep only class C (prometheus:"
+                      " the class the counters are of)")
+    post.add_argument("--k", type=flags.integer(1, 64, what="a draft length"),
+                      help="draft length to report tau at (default: the measured one)")
+    post.add_argument("--temperature", type=flags.number(0.0, 10.0, what="a temperature"),
+                      help="sampling temperature of the measured traffic where FILE does not "
+                      "say (default 0)")
+    post.add_argument("--design-effect", type=flags.number(1.0, 1e6, what="a design effect"),
+                      help="variance inflation from correlated rounds to use instead of the "
+                      "fitted one (aggregate counters: default 1, independent rounds)")
+    post.add_argument("--draws", type=flags.integer(100, 1_000_000, what="a number of draws"),
+                      default=4000, help="posterior draws for the bands (default 4000)")
+    post.add_argument("--seed", type=flags.seed, default=0, help="seed of the draws")
+    post.add_argument("--out", help="write the posterior-mean profile YAML here (and "
+                      "FILE.posterior.yaml beside it); not over existing files without --force")
+    post.add_argument("--name", help="profile name (default: the --out file's stem)")
+    post.add_argument("--method", help="the method measured (eagle3, mtp, ngram, ...)")
+    post.add_argument("--force", action="store_true", help="replace existing --out files")
+    post.add_argument("--json", action="store_true", help="print JSON instead of text")
+    post.add_argument("--ab", action="store_true", help="also size an A/B per class: "
+                      "speculation against none, on mean TPOT per request")
+    post.add_argument("--rate", metavar="R|C=R,...", help="--ab: arrival rate per class, "
+                      "requests/s")
+    post.add_argument("--tpot-cv", metavar="CV|C=CV,...", help="--ab: TPOT coefficient of "
+                      "variation across a class's requests without speculation")
+    post.add_argument("--requests", metavar="requests.csv", help="--ab: take the TPOT CV per "
+                      "class from a run's requests.csv instead")
+    post.add_argument("--step-cost", metavar="X|C=X,...", help="--ab: a speculative step's "
+                      "time over a plain decode step's at the load in question (from a run "
+                      "with --baseline: its tau / its TPOT speedup)")
+    post.add_argument("--confidence", type=flags.number(0.5, 0.999999, what="a confidence"),
+                      default=0.95, help="--ab: two-sided confidence (default 0.95)")
+    post.add_argument("--power", type=flags.number(0.5, 0.999999, what="a power"),
+                      default=0.8, help="--ab: power (default 0.8)")
+    post.set_defaults(func=cmd_acceptance_posterior)
 
 
 def _version() -> str:

@@ -71,6 +71,8 @@ class Measured:
     histogram: list[int] | None = None  # counts of 0..k accepted
     tau: float | None = None
     notes: list[str] = field(default_factory=list)
+    drafts: float | None = None  # prometheus: the drafts counter (rates = per_pos / drafts)
+    model: str | None = None  # prometheus: the model_name label, where there is one
 
     def conditional(self) -> np.ndarray:
         if self.alphas is not None:
@@ -198,7 +200,8 @@ def parse_prometheus(text: str, origin: str, k: int | None = None) -> Measured:
             notes.append(f"drafts averaged {dt / drafts:.2f} tokens < k={len(counts)}: positions "
                          "a short draft did not propose count as rejected")
         rates = counts / drafts
-        return Measured(len(counts), rates=rates, tau=None, notes=notes)
+        return Measured(len(counts), rates=rates, tau=None, notes=notes, drafts=drafts,
+                        model=next(iter(models), None))
     if accepted is None:
         raise ScenarioError(f"{origin}: no {_VLLM}accepted_tokens_total counter")
     if k is None:
@@ -216,7 +219,7 @@ def parse_prometheus(text: str, origin: str, k: int | None = None) -> Measured:
     if tau > k + 1:
         raise ScenarioError(f"{origin}: accepted per draft ({accepted / drafts:.2f}) exceeds "
                             f"k={k}")
-    return Measured(k, tau=tau, notes=notes)
+    return Measured(k, tau=tau, notes=notes, drafts=drafts, model=next(iter(models), None))
 
 
 # ---------------------------------------------------------------- (b) per-position CSV
