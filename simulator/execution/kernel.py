@@ -38,12 +38,46 @@ from specsim.simulator.metrics.iteration_log import ITER, ITER_COLUMNS
 SPEC_ITER_COLUMNS = ("spec_taken_blocks", "spec_freed_blocks")
 
 
-def compiled_backend(mode: bool | str) -> bool:
+#: ``simulation.compiled: auto`` runs shorter runs as pure Python unless numba's compiled
+#: kernel is already at hand (on disk or in this process): the pure kernel takes about 5 ms
+#: per chat request here, numba's first compile about 20 s on an idle 2-core machine (45 s
+#: loaded), so a first short run (the README's first command) would wait for a compile
+#: worth less than it costs. Same bits either way.
+AUTO_MIN_REQUESTS = 3000
+_prefer_compiled = False
+
+
+def prefer_compiled(on: bool = True) -> None:
+    """A caller that runs many scenarios in one process (a sweep's worker, the planner)
+    compiles whatever the runs' length: the compile pays for itself over the runs."""
+    global _prefer_compiled
+    _prefer_compiled = bool(on)
+
+
+def _compiled_at_hand() -> bool:
+    """Whether numba's kernel is compiled in this process or cached on disk (numba's index
+    files beside the module, or under NUMBA_CACHE_DIR): loading it costs under a second."""
+    import os
+    import sys
+    from pathlib import Path
+
+    kj = sys.modules.get("specsim.simulator.execution.kernel_jit")
+    plan = getattr(kj, "_plan", None)
+    if plan is not None and getattr(plan, "signatures", None):
+        return True
+    here = Path(__file__).resolve().parent
+    places = [here / "__pycache__"]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        places.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return any(any(p.rglob("kernel_jit.*.nbi")) for p in places if p.is_dir())
+
+
+def compiled_backend(mode: bool | str, n_requests: int | None = None) -> bool:
     """Whether ``simulation.compiled`` runs the kernel compiled: ``true`` (numba needed),
-    ``auto`` (when numba is installed: a core dependency), ``false`` (the pure-Python
-    versions of the same functions, several times slower; for stepping through the
-    kernel in a debugger). ``auto`` compiles every run, however short: the pure-Python
-    kernel is slower than numba's cache load from the first hundred requests on."""
+    ``auto`` (numba installed, and the run long enough to gain from a first compile, or the
+    compiled kernel already at hand, or a caller that runs many scenarios), ``false`` (the
+    pure-Python versions of the same functions, several times slower; for stepping through
+    the kernel in a debugger)."""
     if mode is False:
         return False
     import importlib.util
@@ -55,7 +89,9 @@ def compiled_backend(mode: bool | str) -> bool:
             raise ScenarioError("simulation.compiled: true needs numba (pip install numba), "
                                 "which is not installed; use auto or false")
         return False
-    return True
+    if mode is True or _prefer_compiled or n_requests is None:
+        return True
+    return n_requests >= AUTO_MIN_REQUESTS or _compiled_at_hand()
 
 
 class Kernel:
@@ -93,7 +129,7 @@ class Kernel:
         own = (getattr(type(acceptance), "accepted", None) is AcceptanceModel.accepted
                and not foreign(acceptance, KERNEL_METHODS["acceptance model"]))
         self._accepted = None if own else acceptance.accepted
-        self.compiled = compiled_backend(compiled) and own
+        self.compiled = compiled_backend(compiled, int(table.n)) and own
         self.fn = kj.functions(self.compiled)
         self._kj = kj
         # the verify width of each draft length: a chain (k + 1), a tree's, or a drafter's

@@ -204,6 +204,9 @@ class Planner:
                 "hardware.count": self.replica_devices(config),
                 "simulation.horizon_s": 1.5 * n / rate + 30.0,
                 "simulation.record_iterations": False, "simulation.progress": False}
+        from specsim.simulator.execution.kernel import prefer_compiled
+
+        prefer_compiled()  # a plan probes many rates: the compile pays for itself
         m = RunMetrics.from_summary(run_scenario(self.base, overrides=over,
                                                  seed=self.seed).metrics)
         ok, why = _check(m, self.slos)

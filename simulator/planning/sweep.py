@@ -266,7 +266,11 @@ def run_point(scenario: Any, point: dict[str, Any], seed: int) -> dict[str, Any]
 
 
 def _task(args: tuple[Any, int, dict[str, Any], int]) -> tuple[int, int, dict[str, Any]]:
-    """One run: (point index, seed, its flattened metrics)."""
+    """One run: (point index, seed, its flattened metrics). A sweep's process runs many:
+    the compiled kernel pays for itself whatever the runs' length."""
+    from specsim.simulator.execution.kernel import prefer_compiled
+
+    prefer_compiled()
     scenario, index, point, seed = args
     return index, seed, run_point(scenario, point, seed)
 

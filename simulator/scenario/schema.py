@@ -600,8 +600,10 @@ class Simulation(Section):
     progress: Bool = True
     fast_path: Bool = Field(True, description="plan stable batches many iterations at once")
     compiled: AutoBool = Field("auto", description="the iteration kernel compiled with numba "
-                               "(auto: when numba is installed, every run; false: the same "
-                               "functions as Python source, same results, ~15x slower)")
+                               "(auto: when numba is installed and its cache is on disk, "
+                               "the run has 3,000 requests or more, or a sweep or plan runs "
+                               "it; false: the same functions as Python source, same results, "
+                               "~15x slower)")
     iteration_log: Literal["parquet", "csv"] = Field(
         "parquet", description="the iteration log's format with --out: iterations.parquet "
         "(streamed in row groups) or iterations.csv (streamed in chunks)")
