@@ -49,3 +49,12 @@ def skip_without_shared_trace(path: Path) -> None:
     if trace and "shared/data" in trace and not (Path(path).parent / trace).is_file():
         pytest.skip(f"{Path(path).name}: its trace {trace} is absent (a fresh clone has no "
                     '../shared/data; see README.md, "Public traces: where to download them")')
+
+
+def pytest_configure(config) -> None:
+    """The suite runs many scenarios per process: compile the kernel as sweeps and the
+    planner do (``simulation.compiled: auto`` would run short runs as Python source until
+    numba's cache is on disk)."""
+    from specsim.simulator.execution.kernel import prefer_compiled
+
+    prefer_compiled()
