@@ -293,3 +293,20 @@ def test_auto_compiles_every_run_however_short(monkeypatch):
     run_scenario(_sc(), trace=trace, overrides={"simulation.progress": False,
                                                 "simulation.compiled": False})
     assert made == [True, False]
+
+
+def test_numba_that_does_not_load_runs_the_python_source_with_a_note(monkeypatch):
+    """numba installed but failing to load (its LLVM library under a small address-space
+    limit raises OSError at import): ``auto`` runs the same functions as Python source and
+    says so; ``true`` is a one-line error."""
+    from specsim.simulator.execution import numpy_order
+
+    monkeypatch.setattr(numpy_order, "numba", None)
+    monkeypatch.setattr(numpy_order, "WHY_NOT", "OSError: cannot load libllvmlite.so")
+    trace = make_trace(20, rate=20.0, seed=1)
+    with pytest.raises(ScenarioError, match="needs numba, which did not load"):
+        run_scenario(_sc(), trace=trace, overrides={"simulation.compiled": True})
+    auto = run_scenario(_sc(), trace=trace, overrides={"simulation.progress": False})
+    said = [n for n in auto.notes if "numba did not load" in n]
+    assert len(said) == 1 and "libllvmlite" in said[0]
+    assert auto.metrics["requests_completed"] == 20

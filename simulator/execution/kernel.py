@@ -72,6 +72,18 @@ def _compiled_at_hand() -> bool:
     return any(any(p.rglob("kernel_jit.*.nbi")) for p in places if p.is_dir())
 
 
+def numba_fails() -> str:
+    """Why numba, installed, does not load (its LLVM library under a small address-space
+    limit, say); empty when it loads or is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("numba") is None:
+        return ""
+    from specsim.simulator.execution import numpy_order
+
+    return numpy_order.WHY_NOT if numpy_order.numba is None else ""
+
+
 def compiled_backend(mode: bool | str, n_requests: int | None = None) -> bool:
     """Whether ``simulation.compiled`` runs the kernel compiled: ``true`` (numba needed),
     ``auto`` (numba installed, and the run long enough to gain from a first compile, or the
@@ -88,6 +100,14 @@ def compiled_backend(mode: bool | str, n_requests: int | None = None) -> bool:
 
             raise ScenarioError("simulation.compiled: true needs numba (pip install numba), "
                                 "which is not installed; use auto or false")
+        return False
+    why = numba_fails()
+    if why:  # installed, but it does not load: the Python source runs (a note says so)
+        if mode is True:
+            from specsim.errors import ScenarioError
+
+            raise ScenarioError(f"simulation.compiled: true needs numba, which did not load "
+                                f"({why}); use auto or false")
         return False
     if mode is True or _prefer_compiled or n_requests is None:
         return True
@@ -130,6 +150,10 @@ class Kernel:
                and not foreign(acceptance, KERNEL_METHODS["acceptance model"]))
         self._accepted = None if own else acceptance.accepted
         self.compiled = compiled_backend(compiled, int(table.n)) and own
+        why = numba_fails() if compiled == "auto" else ""
+        # the run's notes (Worker.notes): numba installed but not loading
+        self.notes = [f"simulation.compiled auto: numba did not load ({why}), so the kernel "
+                      "runs as Python source (the same results, about 15x slower)"] if why else []
         self.fn = kj.functions(self.compiled)
         self._kj = kj
         # the verify width of each draft length: a chain (k + 1), a tree's, or a drafter's

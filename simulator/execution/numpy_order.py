@@ -14,8 +14,13 @@ import numpy as np
 
 try:
     import numba
-except ImportError:  # a core dependency; without it every kernel function runs in Python
+
+    WHY_NOT = ""
+except (ImportError, OSError) as exc:  # a core dependency; without it (or where its LLVM
+    # library cannot be loaded, e.g. under a small address-space limit) every kernel
+    # function runs as Python source
     numba = None
+    WHY_NOT = f"{type(exc).__name__}: {exc}"[:160]
 
 #: how every compiled function of the kernel is compiled (cached on disk)
 JIT = {"cache": True, "error_model": "numpy", "nogil": True}
@@ -69,7 +74,7 @@ def _skip_blas_probe() -> None:
         return
     try:
         import numba.np.linalg as linalg
-    except ImportError:
+    except (ImportError, OSError):
         return
     probe = getattr(linalg, "ensure_blas", None)
     if probe is None:
@@ -86,7 +91,8 @@ def _skip_blas_probe() -> None:
         linalg.ensure_blas = probe
 
 
-_skip_blas_probe()  # before any compiled function is dispatched
+if numba is not None:
+    _skip_blas_probe()  # before any compiled function is dispatched
 
 @njit(**JIT)
 def _block(a, lo, n):
