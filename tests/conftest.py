@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
-import numpy as np
-import pandas as pd
-import pytest
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One pytest-xdist worker per core: torch's and OpenBLAS's own thread pools would make
+    # each worker's threads spin against the other workers' (SmolLM2's checks took ~10x
+    # the CPU time with 2 threads per worker on 2 cores). Set before numpy and torch load.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
