@@ -72,10 +72,12 @@ def test_a_mixed_batch_pays_each_drafters_passes_over_its_own_rows():
 
 
 def test_every_drafter_takes_memory():
+    """The KV pool is sized before the first request (ten requests show it as 200 do)."""
     draft = {"method": "draft_model", "k": 4, "drafter": "Qwen3-0.6B",
              "acceptance": {"alpha": 0.6}}
-    a = run_scenario(SCN, overrides={**SMALL, "speculation.per_class.chat": draft}).metrics
-    b = run_scenario(SCN, overrides=SMALL).metrics
+    tiny = {**SMALL, "workload.synthetic.requests": 10}
+    a = run_scenario(SCN, overrides={**tiny, "speculation.per_class.chat": draft}).metrics
+    b = run_scenario(SCN, overrides=tiny).metrics
     assert a["kv_blocks_per_worker"] < b["kv_blocks_per_worker"]
     assert any("Qwen3-0.6B" in n for n in a["notes"])
 
@@ -211,7 +213,7 @@ def test_a_switch_that_never_fires_changes_nothing_but_memory():
     heavy = {**idle, "speculation": {**idle["speculation"], "switching": {
         "fallback": {"method": "draft_model", "drafter": "Llama-3.2-1B", "k": 2,
                      "acceptance": {"alpha": 0.5}}, "below": 0.0, "above": 0.5}}}
-    c = run_scenario(heavy, trace=tr).metrics
+    c = run_scenario(heavy, trace=tr.head(10)).metrics  # the pool is sized before any request
     assert c["kv_blocks_per_worker"] < b.metrics["kv_blocks_per_worker"]
 
 
