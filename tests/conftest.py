@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import tempfile
+import time
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One pytest-xdist worker per core: torch's and OpenBLAS's own thread pools would make
@@ -66,3 +70,61 @@ def pytest_configure(config) -> None:
     from specsim.simulator.execution.kernel import prefer_compiled
 
     prefer_compiled()
+    _start_kernel_warmup(config)
+
+
+# ------------------------------------------------ the kernel compiled once per test run
+# With numba's cache empty (a fresh clone, or kernel_jit.py edited), every pytest-xdist
+# worker would compile the kernel at its first run, all at once (~25 s of CPU each). The
+# controller compiles it once instead, in a background process started before the workers
+# start and collect; each worker waits for it before its first test, then loads numba's
+# cache like any later run. With the cache on disk the background run only loads it
+# (about 2 s, hidden under the workers' collection). Nothing of this runs with -n 0.
+
+_WARMUP_ENV = "SPECSIM_TEST_KERNEL_WARMED"
+_WARMUP = f"""
+import sys
+from pathlib import Path
+try:
+    from specsim.simulator.execution.kernel import compiled_backend
+    if compiled_backend("auto"):  # numba installed and loading
+        from specsim.simulator import run_scenario
+        run_scenario({str(REPO / "scenarios" / "chat.yaml")!r},
+                     overrides={{"workload.synthetic.requests": 20, "simulation.progress": False,
+                                "simulation.compiled": True}})
+finally:
+    Path(sys.argv[1]).touch()
+"""
+
+
+def _start_kernel_warmup(config) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER") or not config.getoption("numprocesses", 0):
+        return  # a worker, or no workers: a process compiles at its first run, if need be
+    if config.getoption("collectonly", False) or os.environ.get(_WARMUP_ENV):
+        return
+    done = Path(tempfile.mkdtemp(prefix="specsim-warmup-")) / "done"
+    os.environ[_WARMUP_ENV] = str(done)  # the workers, started after this, inherit it
+    config._specsim_warmup = subprocess.Popen(
+        [sys.executable, "-c", _WARMUP, str(done)], cwd=REPO, stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def pytest_unconfigure(config) -> None:
+    proc = getattr(config, "_specsim_warmup", None)
+    if proc is not None:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        done = Path(os.environ.pop(_WARMUP_ENV))
+        done.unlink(missing_ok=True)
+        done.parent.rmdir()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kernel_compiled_once():
+    """A worker waits for the controller's compile (at most 10 minutes; one that failed
+    marks itself done too, and the tests then compile, or fail, on their own)."""
+    done = os.environ.get(_WARMUP_ENV) if os.environ.get("PYTEST_XDIST_WORKER") else None
+    deadline = time.monotonic() + 600
+    while done and not Path(done).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
