@@ -15,7 +15,7 @@ from specsim.simulator.speculation.per_class import PerClassDrafter
 from tests.test_spec_policies import _trace
 
 SCN = Path(__file__).resolve().parents[1] / "scenarios" / "drafter_per_class.yaml"
-SMALL = {"workload.synthetic.requests": 200, "simulation.progress": False}
+SMALL = {"workload.synthetic.requests": 100, "simulation.progress": False}  # ~30 per class
 NGRAM = {"method": "ngram", "k": 7, "ngram": {"match_rate": 1.0, "cpu_s_per_step": 2e-5},
          "acceptance": {"tau": 3.44, "at_k": 7}}
 
@@ -72,7 +72,7 @@ def test_a_mixed_batch_pays_each_drafters_passes_over_its_own_rows():
 
 
 def test_every_drafter_takes_memory():
-    """The KV pool is sized before the first request (ten requests show it as 200 do)."""
+    """The KV pool is sized before the first request (ten requests show it as 100 do)."""
     draft = {"method": "draft_model", "k": 4, "drafter": "Qwen3-0.6B",
              "acceptance": {"alpha": 0.6}}
     tiny = {**SMALL, "workload.synthetic.requests": 10}
