@@ -96,7 +96,7 @@ class Registry:
 
 
 ROUTERS = Registry("router", "router.policy", info=PolicyInfo)
-BATCH_SCHEDULERS = Registry("batch scheduler", "scheduler.policy")
+BATCH_SCHEDULERS = Registry("batch scheduler", "scheduler.policy", info=PolicyInfo)
 SPECULATION_POLICIES = Registry("speculation policy", "speculation.policy")
 DRAFTERS = Registry("drafter", "speculation.method", info=DrafterInfo)
 EVICTION = Registry("eviction policy", "scheduler.preemption")

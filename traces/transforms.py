@@ -161,12 +161,20 @@ def class_from_column(
 
 
 def fill_defaults(
-    df: pd.DataFrame, temperature: float | None, slo_tier: str | None, origin: str
+    df: pd.DataFrame, temperature: float | None, slo_tier: str | dict[str, str] | None,
+    origin: str
 ) -> pd.DataFrame:
-    """Set missing (NaN) temperatures and, when given, every request's SLO tier."""
+    """Set missing (NaN) temperatures and, when given, every request's SLO tier (one name,
+    or per workload class: a mapping that must name every class of the workload)."""
     out = df.copy()
     if temperature is not None:
         out["temperature"] = out["temperature"].fillna(temperature)
-    if slo_tier is not None:
+    if isinstance(slo_tier, dict):
+        missing = sorted(set(out["workload_class"].astype(str)) - set(slo_tier))
+        if missing:
+            raise TraceError(f"workload.slo_tier: no tier for workload class "
+                             f"{show(missing[0])} (it maps {', '.join(sorted(slo_tier))})")
+        out["slo_tier"] = out["workload_class"].astype(str).map(slo_tier).to_numpy(object)
+    elif slo_tier is not None:
         out["slo_tier"] = slo_tier
     return validate_trace(out, origin)

@@ -103,7 +103,7 @@ class WorkloadPlan:
     fixed_class: str | None = None
     class_mix: dict[str, float] | None = None
     temperature: float | None = None
-    slo_tier: str | None = None
+    slo_tier: str | dict[str, str] | None = None  # one tier, or workload class -> tier
     closed_loop: ClosedLoopSpec | None = None
 
 
@@ -160,7 +160,22 @@ def _parse_transforms(plan: WorkloadPlan, keys: _Keys) -> None:
     if keys.at("class_mix").has("class_mix"):
         plan.class_mix = _class_mix(keys.at("class_mix"))
     plan.temperature = keys.at("temperature").number("temperature", None, minimum=0.0)
-    plan.slo_tier = keys.at("slo_tier").string("slo_tier")
+    plan.slo_tier = _slo_tier(keys.at("slo_tier"))
+
+
+def _slo_tier(sec: Section) -> str | dict[str, str] | None:
+    """``slo_tier``: every request's tier, or a mapping of workload class to tier (e.g.
+    ``{chat: premium, summarise: batch}``: each class of the workload must be named)."""
+    raw = sec.raw("slo_tier")
+    if not isinstance(raw, dict):
+        return sec.string("slo_tier")
+    if not raw:
+        raise sec.error("slo_tier", "a tier name or a mapping of class name to tier", raw)
+    for name, tier in raw.items():
+        if not isinstance(name, str) or not name or not isinstance(tier, str) or not tier:
+            raise TraceError(f"{sec.key('slo_tier')}.{name}: expected a tier name, got "
+                             f"{show(tier)}")
+    return dict(raw)
 
 
 def parse_workload(section: dict[str, Any], base_dir: Path, seed: int) -> WorkloadPlan:

@@ -32,9 +32,9 @@ from specsim.simulator.execution.kernel import Kernel
 from specsim.simulator.kv import prefix_cache as pc
 from specsim.simulator.kv.blocks import BlockAllocator
 from specsim.simulator.kv.eviction import Newest  # noqa: F401  (registers the eviction policies)
-from specsim.simulator.registry import BATCH_SCHEDULERS, EVICTION
+from specsim.simulator.registry import EVICTION
 from specsim.simulator.routing.routers import Router
-from specsim.simulator.scheduling.batching import FcfsScheduler  # noqa: F401  (registers "fcfs")
+from specsim.simulator.scheduling.batching import make_scheduler  # (registers "fcfs")
 from specsim.traces.errors import TraceError
 
 MIXED, PREFILL, DECODE = "mixed", "prefill", "decode"
@@ -235,7 +235,6 @@ def build_workers(pool: Pool, sim: Any, table: Any, on_finish: Any,
     pctx.class_names = list(getattr(sim.acceptance, "_names", []) or [])
     pctx.class_alpha = (np.asarray(sim.alpha_table[:, 0], np.float64) if sim.table.n
                         else np.zeros(1))
-    sched_cls = BATCH_SCHEDULERS.get(s.policy)
     kc = d.kv_cache
     keys = pc.PrefixKeys(sim.table, d.block_size) if kc is not None else None
     workers = []
@@ -250,7 +249,7 @@ def build_workers(pool: Pool, sim: Any, table: Any, on_finish: Any,
         ledger = Ledger(d.tp, d.peak_flops, d.hbm_bw, d.power_idle, d.power_max)
         workers.append(Worker(
             pool.first_wid + i, sim.env, table,
-            sched_cls(s.max_batch, s.token_budget, s.chunked_prefill, s.max_queue),
+            make_scheduler(sc),
             kernel, kv, d.controller, d.drafter, ledger, sim.metrics,
             multi_step=bool(sc.simulation.fast_path),
             record_iterations=sim.record_iterations, on_finish=on_finish,

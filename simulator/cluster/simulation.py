@@ -180,7 +180,10 @@ class Simulation:
             self._reject(rid, self.STATIC_REASONS[why])
         else:
             w = self._route(rid)
-            if self.max_queue is not None and len(w.waiting) >= self.max_queue:
+            refused = w.scheduler.refuse(w, rid)  # per SLO tier (scheduling/priority.py)
+            if refused is not None:
+                self._reject(rid, refused)
+            elif self.max_queue is not None and len(w.waiting) >= self.max_queue:
                 self._reject(rid, "queue full")
             else:
                 w.submit(rid)

@@ -100,7 +100,7 @@ class Worker:
         # same bits (Kernel.fused says where); None: the scheduler's shape, then a plan
         self._fused = kernel.fused(self)
         # plug-ins the compiled kernel has no copy of (they run in Python): the run's notes
-        self.notes = plugin_notes(self) + kernel.notes
+        self.notes = plugin_notes(self) + kernel.notes + list(getattr(scheduler, "notes", ()))
         self.process = env.process(self.loop())
 
     # ------------------------------------------------------------------ what others see
@@ -284,12 +284,13 @@ class Worker:
                 self.on_finish(finished)
 
     def preempt(self, blocks_short: int) -> None:
-        """Recompute-style preemption: free victims' KV (the eviction policy's order) until
+        """Recompute-style preemption: free victims' KV (the scheduler's order: the eviction
+        policy's, or a priority scheduler's lowest tier first) until
         ``blocks_short`` blocks are free, and requeue them at the front, in batch order."""
         t, kv = self.table, self.kv
         freed = 0
         victims = []
-        for rid in self.eviction.order(self.run, t).tolist():
+        for rid in self.scheduler.preempt_order(self.run, t, self.eviction).tolist():
             if freed >= blocks_short:
                 break
             freed += int(t.blocks[rid])

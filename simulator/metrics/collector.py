@@ -224,3 +224,20 @@ def slo_attainment(done: np.ndarray, ttft: np.ndarray, tpot_s: np.ndarray,
     ttft_ok = (ttft <= slo_ttft) if slo_ttft is not None else np.ones(len(done), bool)
     tpot_ok = ~(tpot_s > slo_tpot) if slo_tpot is not None else np.ones(len(done), bool)
     return ttft_ok, tpot_ok, done & ttft_ok & tpot_ok
+
+
+def slo_targets(tier: np.ndarray, ttft_s: float | None, tpot_s: float | None,
+                tiers: dict[str, dict[str, float | None]] | None
+                ) -> tuple[np.ndarray | float | None, np.ndarray | float | None]:
+    """Each request's (TTFT, TPOT) targets for ``slo_attainment``: its SLO tier's
+    (``slo.tiers``), else the run's (``ttft_s``, ``tpot_s``); a target set for no one is
+    inf. Without ``tiers``, the run's two values themselves (scalars or None)."""
+    if not tiers:
+        return ttft_s, tpot_s
+    names, inv = np.unique(np.asarray(tier, dtype=str), return_inverse=True)
+    out = []
+    for key, run in (("ttft_s", ttft_s), ("tpot_s", tpot_s)):
+        per = [(tiers.get(str(n)) or {}).get(key) for n in names]
+        per = [run if v is None else v for v in per]
+        out.append(np.array([np.inf if v is None else float(v) for v in per])[inv])
+    return out[0], out[1]

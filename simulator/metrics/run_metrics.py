@@ -40,6 +40,26 @@ class Dist(_Block):
 class Slo(_Block):
     ttft_s: float | None = None
     tpot_s: float | None = None
+    tiers: dict[str, dict[str, float | None]] | None = None  # slo.tiers, when set
+
+
+class TierSlo(_Block):
+    """One ``slo_by_tier`` entry (``summary.slo_by_tier``): a tier's targets, requests and
+    how many met them (``attainment``: met every target, of arrived)."""
+
+    ttft_target_s: float | None = None
+    tpot_target_s: float | None = None
+    requests: int | None = None
+    completed: int | None = None
+    rejected: int | None = None
+    ttft_s: Dist = Field(default_factory=Dist)
+    tpot_s: Dist = Field(default_factory=Dist)
+    ttft_met: int | None = None
+    tpot_met: int | None = None
+    slo_met: int | None = None
+    attainment: float | None = None
+    attainment_of_completed: float | None = None
+    goodput_requests_per_s: float | None = None
 
 
 class _Devices(_Block):
@@ -273,6 +293,7 @@ class RunMetrics(_Block):
     throughput_output_tokens_per_s: float | None = None
     goodput_requests_per_s: float | None = None
     slo: Slo = Field(default_factory=Slo)
+    slo_by_tier: dict[str, TierSlo] = Field(default_factory=dict)  # two tiers or slo.tiers
     mean_acceptance_length: float | None = None
     acceptance_rate: float | None = None
     draft_time_fraction: float | None = None

@@ -15,7 +15,7 @@ import numpy as np
 
 from specsim.cost_models.calibration import UNCALIBRATED
 from specsim.simulator.cluster import requests as rq
-from specsim.simulator.metrics.collector import dist, slo_attainment
+from specsim.simulator.metrics.collector import dist, slo_attainment, slo_targets
 from specsim.simulator.metrics.collector import tpot as metrics_tpot
 
 
@@ -93,7 +93,8 @@ def summarise(sim: Any, wall_s: float) -> dict[str, Any]:
     tpot = np.where(done, metrics_tpot(t.first_token, t.finish, t.generated), np.nan)
     e2e = np.where(done, t.finish - t.arrival, np.nan)
     slo = sc.slo
-    _, _, good = slo_attainment(done, ttft, tpot, slo.ttft_s, slo.tpot_s)
+    targets = slo_targets(t.slo_tier, slo.ttft_s, slo.tpot_s, slo.tiers)
+    ttft_ok, tpot_ok, good = slo_attainment(done, ttft, tpot, *targets)
     window = now if now > 0 else float("nan")
     steps = int(t.steps.sum())
     decode_tokens = int((t.accepted + t.bonus).sum() - (t.first_token == t.first_token).sum())
@@ -133,7 +134,8 @@ def summarise(sim: Any, wall_s: float) -> dict[str, Any]:
         "e2e_s": dist(e2e),
         "throughput_output_tokens_per_s": out_tokens / window,
         "goodput_requests_per_s": int(good.sum()) / window,
-        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s,
+                **({"tiers": slo.tiers} if slo.tiers else {})},
         "mean_acceptance_length": (decode_tokens / steps) if steps else 1.0,
         "acceptance_rate": (int(t.accepted.sum()) / drafted) if drafted else 0.0,
         "draft_time_fraction": float(draft_s / busy) if busy else 0.0,
@@ -167,12 +169,48 @@ def summarise(sim: Any, wall_s: float) -> dict[str, Any]:
             for p in fleet.pools),
         "notes": list(sim.notes),
     }
+    tiers = slo_by_tier(t, slo, sim.arrived(), done, ttft, tpot, (ttft_ok, tpot_ok, good),
+                        window)
+    if tiers is not None:  # two tiers or more, or slo.tiers: other runs' metrics as before
+        out["slo_by_tier"] = tiers
     if d.kv_cache is not None:  # only with kv_cache: other runs' metrics as before
         from specsim.simulator.kv import prefix_cache as pc
 
         out["kv_cache"] = pc.summary(sim)
     for h in sim.handoffs:  # PD: each pool, the link's numbers
         out["disaggregation"] = {"pools": pools, **h.metrics(now)}
+    return out
+
+
+def slo_by_tier(t: Any, slo: Any, arrived: np.ndarray, done: np.ndarray, ttft: np.ndarray,
+                tpot: np.ndarray, ok: tuple[np.ndarray, ...], window: float) -> dict[str, Any] | None:
+    """Per SLO tier (the workload's ``slo_tier``; ``slo.tiers``' order first, then by name):
+    its targets, arrivals, completions and rejections, TTFT and TPOT of its completed
+    requests, how many met each target and every one, ``attainment`` (met every target, of
+    arrived: rejected and unfinished requests are misses) and its goodput. None when the
+    run has one tier and ``slo.tiers`` is not set."""
+    tier = np.asarray(t.slo_tier, dtype=str)
+    present = sorted(set(tier[arrived].tolist()))
+    if len(present) < 2 and not slo.tiers:
+        return None
+    names = [*(slo.tiers or {}), *(n for n in present if n not in (slo.tiers or {}))]
+    ttft_ok, tpot_ok, good = ok
+    rejected = t.status == rq.REJECTED
+    out = {}
+    for name in names:
+        m = (tier == name) & arrived
+        md = m & done
+        n, nd, met = int(m.sum()), int(md.sum()), int((good & m).sum())
+        own = [None if v is None or not np.isfinite(np.ravel(v)[0]) else float(np.ravel(v)[0])
+               for v in slo_targets(np.array([name]), slo.ttft_s, slo.tpot_s, slo.tiers)]
+        out[name] = {
+            "ttft_target_s": own[0], "tpot_target_s": own[1],
+            "requests": n, "completed": nd, "rejected": int((m & rejected).sum()),
+            "ttft_s": dist(ttft[md]), "tpot_s": dist(tpot[md]),
+            "ttft_met": int((md & ttft_ok).sum()), "tpot_met": int((md & tpot_ok).sum()),
+            "slo_met": met, "attainment": met / n if n else None,
+            "attainment_of_completed": met / nd if nd else None,
+            "goodput_requests_per_s": met / window}
     return out
 
 

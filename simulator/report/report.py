@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from specsim.outputs import md_text
-from specsim.simulator.metrics.collector import slo_attainment
+from specsim.simulator.metrics.collector import slo_attainment, slo_targets
 from specsim.simulator.metrics.run_metrics import RunMetrics
 
 DPI = 110
@@ -131,8 +131,11 @@ class _View:
         else:
             self.classes = []
         # SLO verdicts per request (single-token outputs have no TPOT and pass it)
+        tiers = self.slo_tiers = self.m.slo.tiers if in_metrics else slo.get("tiers")
+        targets = (slo_targets(req["slo_tier"].to_numpy(), self.slo_ttft, self.slo_tpot, tiers)
+                   if tiers and "slo_tier" in req else (self.slo_ttft, self.slo_tpot))
         self.ttft_ok, self.tpot_ok, self.good = slo_attainment(
-            self.done, self.ttft, self.tpot, self.slo_ttft, self.slo_tpot)
+            self.done, self.ttft, self.tpot, *targets)
 
     @property
     def overlap(self) -> bool:
@@ -298,7 +301,7 @@ def _slo_section(v: _View) -> str:
     m = v.m
     arrived = int(_or(m.requests_arrived, len(v.req)) or 0)
     ndone = int(v.done.sum())
-    if v.slo_ttft is None and v.slo_tpot is None:
+    if v.slo_ttft is None and v.slo_tpot is None and not v.slo_tiers:
         return ("No SLO is set in the scenario (`slo.ttft_s`, `slo.tpot_s`), so goodput counts "
                 f"every completed request: {_num(m.goodput_requests_per_s)} requests/s.")
     rows = []
@@ -308,15 +311,41 @@ def _slo_section(v: _View) -> str:
         return [label, f"{met:,}", _pct(met / ndone) if ndone else "n/a",
                 _pct(met / arrived) if arrived else "n/a"]
 
-    if v.slo_ttft is not None:
+    if v.slo_tiers:  # each request against its tier's targets (the next section)
+        rows += [row("TTFT <= its tier's target", v.ttft_ok),
+                 row("TPOT <= its tier's target", v.tpot_ok)]
+    if v.slo_ttft is not None and not v.slo_tiers:
         rows.append(row(f"TTFT <= {_num(v.slo_ttft, 1e3)} ms", v.ttft_ok))
-    if v.slo_tpot is not None:
+    if v.slo_tpot is not None and not v.slo_tiers:
         rows.append(row(f"TPOT <= {_num(v.slo_tpot, 1e3)} ms", v.tpot_ok))
     rows.append(row("every SLO", v.ttft_ok & v.tpot_ok))
     tab = _md_table(["SLO", "requests met", "of completed", "of arrived"], rows)
     return (tab + "\n\nRejected and unfinished requests count as misses in the last column; "
             "single-token outputs have no TPOT and pass the TPOT SLO. Goodput: "
             f"{_num(m.goodput_requests_per_s)} requests/s meet every SLO.")
+
+
+def _tier_table(v: _View) -> str | None:
+    """Per SLO tier (metrics.json ``slo_by_tier``): targets, TTFT and TPOT, attainment."""
+    tiers = v.m.slo_by_tier
+    if not tiers:
+        return None
+
+    def target(x: float | None) -> str:
+        return f"{_num(x, 1e3)} ms" if _finite(x) else "none"
+
+    rows = [[name, f"{target(b.ttft_target_s)} / {target(b.tpot_target_s)}",
+             f"{_or(b.requests, 0):,}", f"{_or(b.completed, 0):,}", f"{_or(b.rejected, 0):,}",
+             f"{_num(b.ttft_s.p50, 1e3)} / {_num(b.ttft_s.p99, 1e3)}",
+             f"{_num(b.tpot_s.p50, 1e3)} / {_num(b.tpot_s.p99, 1e3)}",
+             _pct(b.attainment), _pct(b.attainment_of_completed)]
+            for name, b in tiers.items()]
+    return (_md_table(["SLO tier", "TTFT / TPOT target", "requests", "completed", "rejected",
+                       "TTFT p50 / p99 (ms)", "TPOT p50 / p99 (ms)", "met every target",
+                       "of completed"], rows)
+            + "\n\nEach tier against its own targets (`slo.tiers`, else `slo.ttft_s` / "
+              "`slo.tpot_s`); rejected and unfinished requests count as misses in \"met "
+              "every target\".")
 
 
 def _class_table(v: _View) -> str | None:
@@ -993,6 +1022,9 @@ def write_report(result: Any, out_dir: Path, plots: bool = True) -> None:
              "(TTFT, TPOT, E2E) or deliveries (ITL).",
              "", "## Throughput, speculation and memory", "", _metrics_table(v), "",
              "## SLO attainment", "", _slo_section(v), ""]
+    ttab = _tier_table(v)
+    if ttab:
+        parts += ["## Per SLO tier", "", ttab, ""]
     ctab = _class_table(v)
     if ctab:
         parts += ["## Per workload class", "", ctab, ""]

@@ -61,6 +61,7 @@ from specsim.simulator.scenario.fields import (  # noqa: F401  (the value types,
 )
 from specsim.simulator.scenario.fields import optional_section as _optional_section
 from specsim.simulator.scenario.fields import section as _section
+from specsim.simulator.scheduling import priority as _priority  # noqa: F401  (priority, edf)
 from specsim.simulator.speculation import drafters as _drafters  # noqa: F401  (registers them)
 from specsim.simulator.speculation import engine_config
 
@@ -414,6 +415,12 @@ class Scheduler(Section):
     max_queue: OptInt(0) = Field(None, description="per-worker queue limit")
     preemption: Policy(EVICTION) = Field(
         "newest", description="whose KV is freed first when blocks run out")
+    params: OptMapping = Field(None, description="the batch scheduler's own settings (the "
+                                                 "params model it registers with)")
+
+    @model_validator(mode="after")
+    def _params(self) -> Scheduler:
+        return _policy_params(self, BATCH_SCHEDULERS, "batch scheduler")
 
 
 class Engine(Section):
@@ -467,19 +474,25 @@ class Router(Section):
 
     @model_validator(mode="after")
     def _params(self) -> Router:
-        model = ROUTERS.info(self.policy).params
-        if model is None:
-            if self.params:
-                raise fail_key("params", f"router {self.policy} takes no parameters, got "
-                                         f"{show(self.params)}")
-            return self
-        try:
-            given = model.model_validate(self.params or {})
-        except ValidationError as exc:
-            key, message = error_line(exc, model)
-            raise fail_key(".".join(x for x in ("params", key) if x), message) from None
-        object.__setattr__(self, "params", given.model_dump())  # defaults filled in
-        return self
+        return _policy_params(self, ROUTERS, "router")
+
+
+def _policy_params(sec: Any, registry: Any, what: str) -> Any:
+    """``sec.params`` checked by the params model ``sec.policy`` registered with (defaults
+    filled in); a policy that registered none takes no parameters."""
+    model = registry.info(sec.policy).params
+    if model is None:
+        if sec.params:
+            raise fail_key("params", f"{what} {sec.policy} takes no parameters, got "
+                                     f"{show(sec.params)}")
+        return sec
+    try:
+        given = model.model_validate(sec.params or {})
+    except ValidationError as exc:
+        key, message = error_line(exc, model)
+        raise fail_key(".".join(x for x in ("params", key) if x), message) from None
+    object.__setattr__(sec, "params", given.model_dump())  # defaults filled in
+    return sec
 
 
 class KvTier(Section):
@@ -569,9 +582,46 @@ class KvCache(Section):
         return bool(self.prefix_cache or self.tiers or self.preemption != "recompute")
 
 
+class SloTier(Section):
+    """One ``slo.tiers`` entry: the targets of the requests of one SLO tier (the workload's
+    ``slo_tier``); a target not given is the run's (``slo.ttft_s``, ``slo.tpot_s``)."""
+
+    ttft_s: OptFloat(0.0, exclusive_lo=True) = None
+    tpot_s: OptFloat(0.0, exclusive_lo=True) = None
+
+
+def _slo_tiers_in(value: Any) -> Any:
+    """``slo.tiers``: SLO tier name -> its targets (``{ttft_s, tpot_s}``)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not value:
+        raise fail(f"expected a mapping of SLO tier name to {{ttft_s, tpot_s}}, e.g. "
+                   f"{{premium: {{ttft_s: 1.0}}}}, got {show(value)}")
+    out = {}
+    for name, item in value.items():
+        if not isinstance(name, str) or not name:
+            raise fail(f"expected SLO tier names as keys, got {show(name)}")
+        if not isinstance(item, dict | SloTier):
+            raise fail_key(name, f"expected a mapping (ttft_s, tpot_s), got {show(item)}")
+        try:
+            tier = item if isinstance(item, SloTier) else SloTier.model_validate(item)
+        except ValidationError as exc:
+            key, msg = error_line(exc, SloTier)
+            raise fail_key(f"{name}.{key}", msg) from None
+        out[name] = tier.model_dump()
+    return out
+
+
+_slo_tiers_in.kind = "mapping"
+SloTiers = Annotated[dict[str, dict[str, Any]] | None, BeforeValidator(_slo_tiers_in)]
+
+
 class Slo(Section):
     ttft_s: OptFloat(0.0, exclusive_lo=True) = None
     tpot_s: OptFloat(0.0, exclusive_lo=True) = None
+    tiers: SloTiers = Field(None, description="per SLO tier (the workload's slo_tier): "
+                                              "{ttft_s, tpot_s}; a target not given is the "
+                                              "run's")
 
 
 class Cost(Section):

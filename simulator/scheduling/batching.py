@@ -20,7 +20,14 @@ from specsim.simulator.registry import BATCH_SCHEDULERS
 
 
 class BatchScheduler:
-    """Interface. ``admit`` moves requests from the queue into the batch; ``shape`` plans step 0."""
+    """Interface. ``admit`` moves requests from the queue into the batch; ``shape`` plans step 0.
+
+    Optional, with defaults that change nothing: ``refuse`` (a request arriving at a
+    worker is turned away, and why), ``preempt_order`` (whose KV goes first when blocks run
+    out: the eviction policy's order) and ``notes`` (lines for the run's notes). A
+    scheduler registered with a params model (``BATCH_SCHEDULERS.register(name,
+    params=Model)``) is built with ``params`` (validated) and ``slo`` (the scenario's)
+    as keywords (``make_scheduler``)."""
 
     name = "batch scheduler"
 
@@ -28,9 +35,40 @@ class BatchScheduler:
                  max_queue: int | None) -> None:
         self.max_batch, self.token_budget = max_batch, token_budget
         self.chunked_prefill, self.max_queue = chunked_prefill, max_queue
+        self.notes: list[str] = []
 
     def admit(self, worker) -> None:
         raise NotImplementedError
+
+    def refuse(self, worker, rid: int) -> str | None:
+        """Why request ``rid``, routed to ``worker``, is rejected at arrival (a reason for
+        ``rejected_by_reason``), or None: it joins the queue (the run's ``max_queue`` is
+        checked after this)."""
+        return None
+
+    def preempt_order(self, rows: np.ndarray, table, eviction) -> np.ndarray:
+        """Running rows in the order their KV is freed when blocks run out."""
+        return eviction.order(rows, table)
+
+    def reserve(self, worker, rid: int, alone: bool) -> bool:
+        """Reserve request ``rid``'s KV for its admission: its prompt's blocks (+1), or,
+        with a prefix cache, its match and the rest (``alone``: nothing else is in or
+        joining the batch, so swapped KV that pins what it needs is dropped). False when it
+        does not fit now."""
+        cache = worker.cache
+        if cache is not None:
+            while not cache.admit(rid):
+                if not (alone and cache.swapped):
+                    return False
+                cache.drop_swaps()  # swapped KV pins what an empty batch needs
+            return True
+        t, kv = worker.table, worker.kv
+        need = int(kv.blocks_for(int(t.prefill_target[rid]))) + 1
+        if need > kv.free:
+            return False
+        kv.allocate(need)
+        t.blocks[rid] = need
+        return True
 
     def shape(self, worker, policy, drafter) -> StepShape:
         raise NotImplementedError
@@ -53,26 +91,15 @@ class FcfsScheduler(BatchScheduler):
     name = "fcfs"
 
     def admit(self, worker) -> None:
-        t, kv = worker.table, worker.kv
+        t = worker.table
         room = self.max_batch - len(worker.run)
         if room <= 0 or not worker.waiting:
             return
         new = []
-        cache = worker.cache
         while worker.waiting and room > 0:
             rid = worker.waiting[0]
-            if cache is not None:
-                if not cache.admit(rid):
-                    if not len(worker.run) and not new and cache.swapped:
-                        cache.drop_swaps()  # swapped KV pins what an empty batch needs
-                        continue
-                    break
-            else:
-                need = int(kv.blocks_for(int(t.prefill_target[rid]))) + 1
-                if need > kv.free:
-                    break
-                kv.allocate(need)
-                t.blocks[rid] = need
+            if not self.reserve(worker, rid, not len(worker.run) and not new):
+                break
             worker.waiting.popleft()
             t.status[rid] = rq.RUNNING
             new.append(rid)
@@ -156,3 +183,16 @@ class FcfsScheduler(BatchScheduler):
             chunking = fixed and not all_complete and self.chunked_prefill
             return StepShape(run, kk, ch, prefilling, completes, fixed and all_complete,
                              chunking, budget)
+
+
+def make_scheduler(sc) -> BatchScheduler:
+    """The scenario's batch scheduler for one worker: its class from the registry, its
+    params (checked by the model it registered with) and the run's SLOs where it takes
+    params."""
+    s = sc.scheduler
+    cls = BATCH_SCHEDULERS.get(s.policy)
+    args = (s.max_batch, s.token_budget, s.chunked_prefill, s.max_queue)
+    model = BATCH_SCHEDULERS.info(s.policy).params
+    if model is None:
+        return cls(*args)
+    return cls(*args, params=model.model_validate(s.params or {}), slo=sc.slo)

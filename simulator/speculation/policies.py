@@ -131,6 +131,50 @@ class Off(StaticK):
         self.reason = "off"
 
 
+@SPECULATION_POLICIES.register("tier_yield")
+class TierYield(SpeculationPolicy):
+    """Speculation yields to the tight-TPOT SLO tiers under load: while ``batch_at_least``
+    or more rows decode, rows of a tier not in ``keep`` draft ``yield_k`` tokens (0: none)
+    and the kept tiers the scenario's k; below it every row drafts k. A step's verify tokens
+    are shared work: each loose row that drafts k adds k tokens to every row's step time,
+    so the kept rows' TPOT (step time / tokens per step) falls when loose rows stop
+    drafting, and the loose rows' rises (docs/user-guide.md "SLO tiers" measures both)."""
+
+    name = "tier_yield"
+    PARAMS = {"keep": ["premium"], "batch_at_least": 64, "yield_k": 0}
+
+    def __init__(self, ctx: PolicyContext) -> None:
+        super().__init__(ctx)
+        keep = self.p["keep"]
+        if not isinstance(keep, list) or not keep or not all(
+                isinstance(x, str) and x for x in keep):
+            raise ScenarioError(f"speculation.policy_params.keep: expected a list of SLO "
+                                f"tier names, got {keep!r}")
+        for key in ("batch_at_least", "yield_k"):
+            v = self.p[key]
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ScenarioError(f"speculation.policy_params.{key}: expected an integer "
+                                    f"at least 0, got {v!r}")
+        if self.p["yield_k"] > self.k:
+            raise ScenarioError(f"speculation.policy_params.yield_k: expected an integer in "
+                                f"[0, speculation.k = {self.k}], got {self.p['yield_k']!r}")
+        self._table = self._kept = None
+        tiers = ", ".join(keep)
+        self._why = (f"tier_yield: >= {self.p['batch_at_least']} rows, tiers other than "
+                     f"{tiers} draft k={self.p['yield_k']}",
+                     f"tier_yield: < {self.p['batch_at_least']} rows, k={self.k}")
+
+    def choose(self, rows: np.ndarray, table) -> np.ndarray:
+        if len(rows) < self.p["batch_at_least"]:
+            self.reason = self._why[1]
+            return np.full(len(rows), self.k, dtype=np.int64)
+        if self._table is not table:  # each request's tier, once per table
+            self._table = table
+            self._kept = np.isin(np.asarray(table.slo_tier, dtype=str), self.p["keep"])
+        self.reason = self._why[0]
+        return np.where(self._kept[rows], self.k, int(self.p["yield_k"])).astype(np.int64)
+
+
 # ------------------------------------------------------------------ adaptive policies
 
 _COMMON = {"scope": "class", "prior": "profile", "prior_weight": 20.0, "decay": 0.98,
