@@ -175,6 +175,22 @@ def test_priority_with_one_tier_is_fcfs_bit_for_bit_under_kv_pressure():
     _check_invariants(prio, all_done=True)
 
 
+@pytest.mark.parametrize("policy", ["priority", "edf"])
+def test_compiled_step_0_equals_the_python_scheduler(policy):
+    """Invariant 4: priority and edf take fcfs's compiled step 0 (Kernel.fused); run as
+    Python source (the scheduler's shape) the bits are the same."""
+    from specsim.simulator.execution.kernel import compiled_backend
+
+    if not compiled_backend("auto"):
+        pytest.skip("numba is not installed or not loading: no compiled kernel to compare")
+    ov = {"simulation.progress": False, "workload.synthetic.requests": 600,
+          "scheduler.policy": policy, "scheduler.token_budget": 2048}
+    fast = run_scenario(SCENARIO, overrides={**ov, "simulation.compiled": True})
+    pure = run_scenario(SCENARIO, overrides={**ov, "simulation.compiled": False})
+    pd.testing.assert_frame_equal(fast.requests, pure.requests)
+    pd.testing.assert_frame_equal(fast.iterations, pure.iterations)
+
+
 def test_preemption_takes_the_lowest_tier_first():
     tr = make_trace(5, gap=1.0)
     tr["slo_tier"] = ["batch", "premium", "batch", "premium", "standard"]

@@ -100,7 +100,7 @@ class Worker:
         # same bits (Kernel.fused says where); None: the scheduler's shape, then a plan
         self._fused = kernel.fused(self)
         # plug-ins the compiled kernel has no copy of (they run in Python): the run's notes
-        self.notes = plugin_notes(self) + kernel.notes + list(getattr(scheduler, "notes", ()))
+        self.notes = plugin_notes(self) + kernel.notes
         self.process = env.process(self.loop())
 
     # ------------------------------------------------------------------ what others see

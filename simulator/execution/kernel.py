@@ -275,7 +275,7 @@ class Kernel:
     def fused(self, worker):
         """The worker's shape + plan as one compiled call (``_shape_plan_priced``), or None
         where that is not the same as its Python scheduler and kernel: a batch scheduler
-        other than fcfs, a prefix cache, a policy other than static k, a drafter whose match
+        whose step 0 is not fcfs's, a prefix cache, a policy other than static k, a drafter whose match
         chance or widths are its own, drafters per class, or pricing or acceptance through a
         hook. The call returns ``(segment, multi)``, or None when the step's KV growth does
         not fit (the Python scheduler then preempts)."""
@@ -285,7 +285,10 @@ class Kernel:
         from specsim.simulator.speculation.policies import StaticK
 
         d, policy, sch = self.drafter, worker.policy, worker.scheduler
-        if not (self._accepted is None and self._price_args() and type(sch) is FcfsScheduler
+        # fcfs's step 0 (the SLO-tier schedulers, scheduling/priority.py, inherit it: they
+        # differ in whom they admit and preempt, both done in Python before and after)
+        if not (self._accepted is None and self._price_args()
+                and isinstance(sch, FcfsScheduler) and type(sch).shape is FcfsScheduler.shape
                 and not foreign(sch, KERNEL_METHODS["batch scheduler"])
                 and not foreign(d, KERNEL_METHODS["drafter"])
                 and type(worker.kv) is BlockAllocator and worker.cache is None

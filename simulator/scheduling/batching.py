@@ -23,8 +23,8 @@ class BatchScheduler:
     """Interface. ``admit`` moves requests from the queue into the batch; ``shape`` plans step 0.
 
     Optional, with defaults that change nothing: ``refuse`` (a request arriving at a
-    worker is turned away, and why), ``preempt_order`` (whose KV goes first when blocks run
-    out: the eviction policy's order) and ``notes`` (lines for the run's notes). A
+    worker is turned away, and why) and ``preempt_order`` (whose KV goes first when blocks
+    run out: the eviction policy's order). A
     scheduler registered with a params model (``BATCH_SCHEDULERS.register(name,
     params=Model)``) is built with ``params`` (validated) and ``slo`` (the scenario's)
     as keywords (``make_scheduler``)."""
@@ -35,7 +35,6 @@ class BatchScheduler:
                  max_queue: int | None) -> None:
         self.max_batch, self.token_budget = max_batch, token_budget
         self.chunked_prefill, self.max_queue = chunked_prefill, max_queue
-        self.notes: list[str] = []
 
     def admit(self, worker) -> None:
         raise NotImplementedError

@@ -4,8 +4,9 @@
 Both keep the worker's queue as it is (arrival order, preempted rows first: what the
 overload watch and the snapshots read) and only choose whom to admit from it, in their own
 order, stopping at the first request whose KV does not fit (no request overtakes a better
-one waiting for blocks). Step 0's shape is FCFS's (``FcfsScheduler.shape``), run in Python:
-the kernel's compiled step 0 is fcfs only, and the run's notes say so.
+one waiting for blocks). Step 0's shape is FCFS's (``FcfsScheduler.shape``, inherited), so
+the kernel computes it compiled as for fcfs (``Kernel.fused``); only admission and the
+preemption order differ, both in Python as fcfs's are.
 
 - ``priority``: tiers in the order ``tiers`` gives (highest first; a tier not listed comes
   after them), first come first served within a tier. This is vLLM's
@@ -101,10 +102,6 @@ class _TierScheduler(FcfsScheduler):
                  max_queue: int | None, *, params: TierParams, slo: Any) -> None:
         super().__init__(max_batch, token_budget, chunked_prefill, max_queue)
         self.p, self.slo = params, slo
-        self.notes.append(
-            f"batch scheduler {self.name}: each step 0 is shaped in Python (the compiled "
-            f"kernel's step 0 is fcfs only), so this run plans slower than fcfs; same "
-            f"rules otherwise (benchmarks/slo_priority.py measures it)")
         if params.shed_at_risk is not None and not np.isfinite(
                 self._ttft(np.array([params.tiers[0]]))).all():
             raise ScenarioError(f"scheduler.params.shed_at_risk: needs a TTFT target for tier "
