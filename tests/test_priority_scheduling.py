@@ -234,6 +234,22 @@ def _overtaken(res, aging_s: float) -> int:
     return int((later & first).sum())
 
 
+@pytest.mark.parametrize("policy", ["priority", "edf"])
+def test_invariants_with_a_prefix_cache_and_swap_preemption(policy):
+    """Admission through the prefix cache and swap preemption in
+    the tiers' order: every arrival accounted for, no block held at the end, and premium
+    still first."""
+    ov = {"simulation.progress": False, "workload.synthetic.requests": 600,
+          "hardware.memory_fraction": 0.3, "scheduler.policy": policy,
+          "kv_cache": {"prefix_cache": True, "tiers": [{"name": "host_dram"}],
+                       "preemption": "swap"}}
+    res = run_scenario(SCENARIO, overrides=ov)
+    assert res.metrics["preemptions"] > 0
+    _check_invariants(res, all_done=True)
+    tiers = res.metrics["slo_by_tier"]
+    assert tiers["premium"]["ttft_s"]["p99"] < 0.2 * tiers["batch"]["ttft_s"]["p99"]
+
+
 def test_aging_bounds_how_long_the_low_tier_starves():
     """Premium alone is more than the worker completes: under strict priority premium
     requests that arrive long after a batch request are served before it (it starves until
