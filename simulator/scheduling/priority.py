@@ -17,8 +17,9 @@ preemption order differ, both in Python as fcfs's are.
   long ranks with the highest tier (by its arrival among them).
 - ``edf``: earliest deadline first, deadline = arrival + the request's TTFT target
   (``slo.tiers.<tier>.ttft_s``, else ``slo.ttft_s``; none: no deadline, served last,
-  first come first served). A preempted request has its first token already, so its
-  deadline has passed and it goes first, as under FCFS.
+  first come first served). A request that has its first token already (preempted, or
+  handed over by a PD prefill pool) is past its deadline and goes first, in queue order,
+  as under FCFS.
 
 Admission per tier (both, all optional; ``Scheduler.refuse``, at arrival): ``queue_limit``
 (tier -> how many of that tier one worker may queue) and ``shed_at_risk`` (when the oldest
