@@ -17,24 +17,16 @@ from specsim.simulator.kv.eviction import Newest
 from specsim.simulator.scenario import schema
 from specsim.simulator.scheduling.priority import PriorityScheduler, TierParams
 from tests.conftest import make_trace
+from tests.test_conservation import _check
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "slo_priority.yaml"
 FCFS = {"scheduler.policy": "fcfs", "scheduler.params": None}
 
 
 def _check_invariants(res, all_done: bool) -> None:
-    """Invariants 5-7: every arrival completed, rejected or in flight; KV blocks free at the
-    end; tokens = accepted + bonus."""
-    m, req = res.metrics, res.requests
-    assert m["requests_arrived"] == (m["requests_completed"] + m["requests_rejected"]
-                                     + m["requests_in_flight"])
-    counts = req["status"].value_counts().to_dict()
-    assert counts.get("completed", 0) == m["requests_completed"]
-    assert counts.get("rejected", 0) == m["requests_rejected"]
-    assert (req["output_tokens"] == req["accepted_tokens"] + req["bonus_tokens"]).all()
-    if all_done:
-        assert m["requests_in_flight"] == 0
-        assert m["kv_blocks_used_at_end"] == 0
+    """Invariants 5-7 (test_conservation's check): every arrival completed, rejected or in
+    flight; KV blocks free at the end; tokens = accepted + bonus."""
+    _check(res, expect_all_done=all_done)
 
 
 def _tier_ttft(res, tier: str) -> np.ndarray:
@@ -222,6 +214,14 @@ def test_invariants_on_priority_runs_with_kv_pressure_aging_and_a_horizon():
     _check_invariants(cut, all_done=False)
 
 
+def _two_tiers(n: int, rate: float, seed: int, premium=lambda i: i % 3 == 0) -> pd.DataFrame:
+    """Poisson arrivals, 128-token prompts, 100-300 output tokens; request i is premium
+    where ``premium(i)``, else batch."""
+    tr = make_trace(n, rate=rate, prompt=128, output=(100, 300), seed=seed)
+    tr["slo_tier"] = np.where(premium(np.arange(n)), "premium", "batch")
+    return tr
+
+
 def _overtaken(res, aging_s: float) -> int:
     """(batch b, premium p) pairs where p arrived more than ``aging_s`` after b and still
     got its first token before b."""
@@ -256,9 +256,7 @@ def test_aging_bounds_how_long_the_low_tier_starves():
     premium's arrivals stop); with aging_s a batch request that has waited aging_s ranks
     with premium by its arrival, so no premium request arriving more than aging_s after it
     goes first (the closed form of the rule)."""
-    n = 600
-    tr = make_trace(n, rate=60.0, prompt=128, output=(100, 300), seed=5)
-    tr["slo_tier"] = np.where(np.arange(n) % 5 == 0, "batch", "premium")
+    tr = _two_tiers(600, 60.0, seed=5, premium=lambda i: i % 5 != 0)
     sc = _scenario("priority", {"tiers": ["premium", "batch"]})
     sc["scheduler"].update(max_batch=16)
     strict = run_scenario(sc, trace=tr)
@@ -277,8 +275,7 @@ def test_aging_bounds_how_long_the_low_tier_starves():
 
 
 def test_a_tier_queue_limit_rejects_only_that_tier():
-    tr = make_trace(400, rate=80.0, prompt=128, output=(100, 300), seed=6)
-    tr["slo_tier"] = np.where(np.arange(400) % 3 == 0, "premium", "batch")
+    tr = _two_tiers(400, 80.0, seed=6)
     sc = _scenario("priority", {"tiers": ["premium", "batch"], "queue_limit": {"batch": 5}})
     sc["scheduler"].update(max_batch=8)
     res = run_scenario(sc, trace=tr)
@@ -294,9 +291,7 @@ def test_shedding_rejects_the_low_tiers_while_the_first_is_at_risk():
     """EDF under long overload serves old batch requests before new premium ones once
     their (loose) deadlines come first; refusing batch arrivals while premium's oldest
     request has waited half its target keeps premium's TTFT lower."""
-    n = 800
-    tr = make_trace(n, rate=80.0, prompt=128, output=(100, 300), seed=7)
-    tr["slo_tier"] = np.where(np.arange(n) % 3 == 0, "premium", "batch")
+    tr = _two_tiers(800, 80.0, seed=7)
     sc = _scenario("edf", {"tiers": ["premium", "batch"]})
     sc["scheduler"].update(max_batch=8)
     plain = run_scenario(sc, trace=tr)
