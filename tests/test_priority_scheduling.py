@@ -83,7 +83,10 @@ def test_per_tier_metrics_agree_with_requests_csv(bundled):
         assert block["ttft_s"]["p50"] == pytest.approx(float(np.percentile(done.ttft_s, 50)))
     from specsim.simulator.metrics.run_metrics import RunMetrics
 
+    from tests.test_run_metrics import _declared
+
     typed = RunMetrics.from_summary(prio.metrics)
+    assert _declared(typed) == []  # every key of slo_by_tier and slo.tiers declared
     assert typed.slo_by_tier["premium"].ttft_target_s == 1.0
     assert typed.slo.tiers["batch"]["ttft_s"] == 30.0
 
