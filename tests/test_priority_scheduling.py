@@ -82,7 +82,6 @@ def test_per_tier_metrics_agree_with_requests_csv(bundled):
         assert block["attainment"] == pytest.approx(ok.sum() / len(g))
         assert block["ttft_s"]["p50"] == pytest.approx(float(np.percentile(done.ttft_s, 50)))
     from specsim.simulator.metrics.run_metrics import RunMetrics
-
     from tests.test_run_metrics import _declared
 
     typed = RunMetrics.from_summary(prio.metrics)
