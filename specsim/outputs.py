@@ -49,7 +49,8 @@ MARKER = ".specsim-output"
 _TEMP = re.compile(r"^\..*\.specsim-(?:tmp|old)-(\d+)-[0-9a-f]{8}(?:\.[^.]+)?$")
 #: what specsim writes into an output folder; nothing else is ever replaced
 _OURS = re.compile(r"^(?:metrics\.json|scenario\.json|requests\.csv|iterations\.(?:csv|parquet)"
-                   r"|report\.(?:md|html)|replay\.(?:csv|json)|plan\.csv"
+                   r"|report\.(?:md|html)|replay\.(?:csv|json)|plan\.csv|day\.(?:csv|json)"
+                   r"|sensitivity\.csv|advise\.json"
                    r"|[\w.-]+\.png)$")
 
 
@@ -329,13 +330,17 @@ def _staging_parent(out_dir: Path, mode: str) -> Path:
     return absolute(out_dir) if mode == "empty" else absolute(out_dir).parent
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+def version() -> str:
+    """specsim's installed version (the one lookup: ``specsim --version``, output folders'
+    markers, sweep folders), read only when asked (importlib.metadata's import and the lookup
+    cost every command 25-65 ms)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
 
     try:
-        return version("specsim")
-    except PackageNotFoundError:
-        return "unknown"
+        return installed("specsim")
+    except PackageNotFoundError:  # running from a source tree that was not installed
+        return "unknown (not installed)"
 
 
 class Staging:
@@ -373,7 +378,7 @@ class Staging:
         returns the mode ("new", "empty" or "replace")."""
         files = sorted(p.name for p in self.tmp.iterdir())
         (self.tmp / MARKER).write_text(json.dumps({
-            "written_by": written_by, "version": _version(), **info,
+            "written_by": written_by, "version": version(), **info,
             "utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "files": files}, indent=1) + "\n")
         _move_into_place(self.tmp, self.out_dir, self.mode, self.parent)

@@ -83,6 +83,18 @@ class Arrivals:
                 "periods: fixed"
             )
 
+    def window_rates(self, window_s: float, span_s: float) -> np.ndarray:
+        """Mean arrivals per second in each ``window_s`` window of ``[0, span_s)`` (the
+        expected count over the window, so a window that cuts slices averages them);
+        periodic processes only (a day plan's windows, ``traces/diurnal.py``)."""
+        if self.random_periods:
+            raise TraceError("on/off periods drawn at random have no fixed rate per window")
+        edges, cum = self._period()
+        bounds = np.minimum(np.arange(0.0, span_s + window_s, window_s), span_s)
+        bounds = bounds[np.concatenate([[True], np.diff(bounds) > 0])]
+        mass = np.array([self._mass(float(t), edges, cum) for t in bounds])
+        return np.diff(mass) / np.diff(bounds)
+
     def scaled(self, factor: float) -> Arrivals:
         """The same process with every rate multiplied by ``factor``."""
         return replace(self, rates=tuple(r * factor for r in self.rates))

@@ -19,7 +19,8 @@ def add_plan_command(sub) -> None:
     p.add_argument("scenario", help="base scenario YAML (its workload must be synthetic)")
     p.add_argument("--slo", action="append", default=[], metavar="NAME=SECONDS",
                    help="ttft_p99=0.5, tpot_p99=0.05, e2e_p99=..., ... (repeatable)")
-    p.add_argument("--qps", type=flags.positive_rate, required=True, help="target load, requests per second")
+    p.add_argument("--qps", type=flags.positive_rate, help="target load, requests per second "
+                   "(required without --day)")
     p.add_argument("--space", metavar="FILE",
                    help="YAML mapping of scenario keys to lists of values (crossed), e.g. "
                         "{hardware.accelerator: [H100-SXM, A100-SXM-80GB], speculation.k: "
@@ -41,6 +42,9 @@ def add_plan_command(sub) -> None:
     p.add_argument("--yes", action="store_true",
                    help=f"plan a space of more than {MAX_RUNS:,} probes or an estimated "
                         f"{MAX_HOURS:g} h (never one past the memory budget)")
+    from specsim.simulator.planning.day_cli import add_day_flags
+
+    add_day_flags(p)
     p.set_defaults(func=cmd_plan)
 
 
@@ -63,6 +67,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
         space_size,
     )
 
+    if args.day is not None:  # a day of traffic: planning.day_cli
+        from specsim.simulator.planning.day_cli import cmd_day
+
+        return cmd_day(args)
+    if args.qps is None:
+        raise ScenarioError("--qps: required (the target load, req/s), or --day for a day "
+                            "of traffic")
     slos = parse_slos(args.slo)  # the numeric flags were checked as they were read (flags)
     sc, _, _ = load_scenario(args.scenario)
     wl = sc.workload
