@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import pass_rule
 from .calibration import Calibration
 from .catalog import HardwareSpec, ModelSpec, Precision
 from .errors import CatalogError
@@ -150,6 +151,15 @@ class ForwardCostModel:
             if cal.draft_layer_overhead_s is not None:
                 per_layer = cal.draft_layer_overhead_s
         self._overhead = per_pass + per_layer * m.n_layers
+        # mixture of experts: routed-expert weights per expert over all MoE layers, and the
+        # chance a token misses a given expert (``pass_rule.experts_touched``)
+        if m.moe is not None:
+            e = float(m.moe.n_experts)
+            self._moe_bytes_per_expert = m.n_moe_layers * self._expert_bytes
+            self._moe_experts, self._moe_miss = e, 1.0 - m.moe.top_k / e
+        else:
+            self._moe_bytes_per_expert, self._moe_experts, self._moe_miss = 0.0, 0.0, 0.0
+        self._params: np.ndarray | None = None
 
     # ------------------------------------------------------------------ memory
     @property
@@ -158,10 +168,12 @@ class ForwardCostModel:
         return self.model.total_params * self.prec.weights.bytes_per_element / self.tp
 
     def experts_touched(self, tokens):
-        """Expected distinct experts per MoE layer hit by ``tokens`` routed tokens."""
-        moe = self.model.moe
-        e = float(moe.n_experts)
-        return e * (1.0 - (1.0 - moe.top_k / e) ** np.asarray(tokens, dtype=np.float64))
+        """Expected distinct experts per MoE layer hit by ``tokens`` routed tokens
+        (``pass_rule.experts_touched``)."""
+        t = np.asarray(tokens, dtype=np.float64)
+        out = np.array([pass_rule.experts_touched(self._moe_experts, self._moe_miss, float(x))
+                        for x in t.ravel()])
+        return out.reshape(t.shape) if t.ndim else float(out[0])
 
     # ------------------------------------------------------------------ pricing
     def time(self, tokens, qc, ctx, logits=None):
@@ -172,59 +184,35 @@ class ForwardCostModel:
         total = self.time_and_work(tokens, qc, ctx, logits)[0]
         return total if total.ndim else float(total)
 
-    def _parts(self, t, qc, ctx, lg):
-        """Seconds per group: (linear compute, linear memory, attention compute, attention
-        memory, elementwise)."""
-        flops_lin = self._lin_flops_per_token * t + self._head_flops_per_logit * lg
-        wbytes = self._dense_weight_bytes
-        if self.model.moe is not None:
-            wbytes = wbytes + self.model.n_moe_layers * self._expert_bytes * self.experts_touched(t)
-        c_lin = flops_lin / self._lin_rate
-        if self._t_half > 0:  # small matmuls: efficiency T / (T + T_half) of the maximum
-            c_lin = c_lin * (1.0 + self._t_half / np.maximum(t, 1.0))
-        flops_attn = self._attn_flops_per_qc * np.asarray(qc, dtype=np.float64)
-        bytes_attn = self._kv_bytes_per_ctx * (np.asarray(ctx, dtype=np.float64) + t)
-        return (c_lin, wbytes / self._bw, flops_attn / self._attn_rate,
-                bytes_attn / self._attn_bw, self._ew_bytes_per_token * t / self._ew_bw)
+    def pass_params(self) -> np.ndarray:
+        """This model's constants as the parameter vector of the one pass rule
+        (``pass_rule.PARAMS``), built on first use (a subclass may adjust its attributes in
+        its own ``__init__``)."""
+        if self._params is None:
+            self._params = np.array([float(getattr(self, a)) for a in pass_rule.PARAMS])
+            self._params.flags.writeable = False
+        return self._params
 
     def group_times(self, tokens, qc, ctx, logits=None) -> dict[str, np.ndarray]:
         """Seconds of passes per op group, the terms ``time`` adds up (for fitting measured
         per-operator tables, ``calibrate.profiles``): linear, attention, elementwise,
-        allreduce, overhead."""
-        t = np.asarray(tokens, dtype=np.float64)
-        lg = t if logits is None else np.asarray(logits, dtype=np.float64)
-        return self._groups(t, self._parts(t, qc, ctx, lg))
+        allreduce, overhead (``pass_rule.pass_parts``: a pass with no tokens costs nothing)."""
+        parts = self._evaluate_parts(tokens, qc, ctx, logits)
+        return {g: parts[i] for i, g in enumerate(pass_rule.GROUPS)}
 
-    def _groups(self, t, parts) -> dict[str, np.ndarray]:
-        """Per op group max(compute, memory) (linear layers pay dequantisation on the compute
-        side), elementwise ops at their bandwidth, tensor-parallel all-reduce, fixed costs."""
-        c_lin, m_lin, c_att, m_att, ew = parts
-        return {"linear": np.maximum(c_lin * (1.0 + self._dequant), m_lin),
-                "attention": np.maximum(c_att, m_att), "elementwise": ew,
-                "allreduce": self._comm_per_token * t + self._comm_fixed,
-                "overhead": np.full_like(t, self._overhead)}
+    def _evaluate_parts(self, tokens, qc, ctx, logits):
+        """``pass_rule.pass_parts`` of each pass: a tuple of arrays in ``PARTS``' order."""
+        shape, flat = pass_rule.broadcast(tokens, qc, ctx, logits)
+        out = np.empty((len(pass_rule.PARTS), flat[0].shape[0]))
+        pass_rule.parts_many(self.pass_params(), *flat, out)
+        return tuple(x.reshape(shape) for x in out)
 
     def _evaluate(self, tokens, qc, ctx, logits):
-        """The cost model, written once: (seconds, compute s, memory s, comm s, FLOPs, bytes).
-
-        The sum of ``_groups``; a pass with no tokens is not launched and costs nothing.
-        """
-        t = np.asarray(tokens, dtype=np.float64)
-        lg = t if logits is None else np.asarray(logits, dtype=np.float64)
-        parts = self._parts(t, qc, ctx, lg)
-        c_lin, m_lin, c_att, m_att, ew = parts
-        g = self._groups(t, parts)
-        total = g["linear"] + g["attention"] + g["elementwise"] + g["allreduce"] + g["overhead"]
-        c_lin_q = c_lin * (1.0 + self._dequant)
-        comm = g["allreduce"]
-        flops = (self._lin_flops_per_token * t + self._head_flops_per_logit * lg
-                 + c_att * self._attn_rate)
-        nbytes = m_lin * self._bw + m_att * self._attn_bw + ew * self._ew_bw
-        parts = [total, c_lin_q + c_att, m_lin + m_att + ew, comm, flops, nbytes]
-        live = t > 0
-        if not live.all():  # a pass with no tokens is not launched
-            parts = [np.where(live, x, 0.0) for x in parts]
-        return tuple(parts)
+        """The cost model (``pass_rule``, written once): (seconds, compute s, memory s,
+        comm s, FLOPs, bytes) per pass."""
+        g = self._evaluate_parts(tokens, qc, ctx, logits)
+        total = g[0] + g[1] + g[2] + g[3] + g[4]
+        return total, g[5], g[6], g[3], g[7], g[8]
 
     def iteration_overhead(self, seqs, prefills):
         """The engine's CPU work for iterations with ``seqs`` sequences of which ``prefills``
@@ -247,12 +235,14 @@ class ForwardCostModel:
 
     def time_and_work(self, tokens, qc, ctx, logits=None):
         """Seconds, FLOPs and bytes of passes (arrays of aggregates, one pass each)."""
-        total, _, _, _, flops, nbytes = self._evaluate(tokens, qc, ctx, logits)
-        return total, flops, nbytes
+        shape, flat = pass_rule.broadcast(tokens, qc, ctx, logits)
+        out = np.empty((3, flat[0].shape[0]))
+        pass_rule.price_many(self.pass_params(), *flat, out)
+        return tuple(x.reshape(shape) for x in out)
 
     def work(self, tokens, qc, ctx, logits=None):
         """FLOPs and bytes per device of passes with these aggregates (utilisation, energy)."""
-        return self._evaluate(tokens, qc, ctx, logits)[4:]
+        return self.time_and_work(tokens, qc, ctx, logits)[1:]
 
     def price(self, shape: BatchShape) -> PassCost:
         """Full breakdown of one pass (for reports and tests)."""

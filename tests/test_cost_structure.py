@@ -113,3 +113,37 @@ def test_speculation_overhead_only_with_a_drafter(tmp_path):
     b = run_scenario({**on, "calibration": prof}, trace=trace).metrics
     # alpha 0: one token per step, so TPOT grows by exactly the per-step overhead
     assert b["tpot_s"]["mean"] - a["tpot_s"]["mean"] == pytest.approx(1e-3, rel=1e-6)
+
+
+@pytest.mark.parametrize("model,tp", [("Llama-3.1-8B", 1), ("Mixtral-8x7B", 2),
+                                      ("Qwen3-30B-A3B", 1)])
+def test_one_pass_rule_for_the_roofline_and_the_kernel(model, tp):
+    """The roofline's vectorised prices, its per-group breakdown and the simulator kernel's
+    per-step price are one rule (cost_models/pass_rule.py): the same bits from the compiled
+    loop, the rule's Python source and the kernel's ``_evaluate``, MoE included, and the
+    groups add up to the pass time."""
+    from specsim.cost_models import pass_rule
+    from specsim.simulator.execution import kernel_jit
+
+    c = ForwardCostModel(get_model(model), H100, tp, BF16,
+                         replace(ZERO, matmul_half_tokens=64.0, per_layer_overhead_s=3e-6,
+                                 fixed_overhead_s=1e-4, allreduce_latency_s=9e-6))
+    rng = np.random.default_rng(7)
+    t = np.r_[0.0, 1.0, rng.integers(1, 9000, 40).astype(float)]
+    ctx = rng.integers(0, 30000, t.size).astype(float)
+    qc = t * ctx + t * (t + 1) / 2
+    lg = np.minimum(t, 128.0)
+    total, flops, nbytes = c.time_and_work(t, qc, ctx, lg)
+    p = kernel_jit.cost_params(c)
+    assert p is not None  # MoE is priced by the kernel too
+    py = pass_rule.pass_price.py_func
+    for i in range(t.size):
+        want = (total[i], flops[i], nbytes[i])
+        assert kernel_jit._evaluate(p, t[i], qc[i], ctx[i], lg[i]) == want  # noqa: SLF001
+        assert py(p, t[i], qc[i], ctx[i], lg[i]) == want
+    g = c.group_times(t, qc, ctx, lg)
+    np.testing.assert_array_equal(sum(g[k] for k in pass_rule.GROUPS), total)
+    assert total[0] == 0.0 and g["overhead"][0] == 0.0  # no tokens: no pass launched
+    if c.model.moe is not None:  # the routed experts touched: between top_k and all of them
+        assert c.experts_touched(1.0) == pytest.approx(c.model.moe.top_k)
+        assert c.time(1.0, 1.0, 0.0) < c.time(4096.0, 4096.0 * 4097 / 2, 0.0)

@@ -185,7 +185,7 @@ class Kernel:
     # ------------------------------------------------------------------ plan
     def _price_args(self):
         """The executor and drafter as data for the compiled pricing, or False where the
-        Python pricing hook prices (a plug-in, an MoE model, drafters per class)."""
+        Python pricing hook prices (a plug-in, drafters per class)."""
         if self._pricing is None:
             from specsim.simulator.execution.executor import Executor
 

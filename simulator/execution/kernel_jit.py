@@ -14,8 +14,9 @@ hooks of plug-ins). Every run goes through these functions, compiled or not:
 
 What is here: keyed uniforms (SplitMix64, ``simulator/rng.py``, compiled as written there),
 acceptance draws (the survival-curve sampler), the emit / KV-block arithmetic and prefill
-chunks of a segment (``_plan``, ``_chunk_rows``), pricing (``_evaluate``: the roofline's
-``ForwardCostModel._evaluate`` for a dense model; ``_price``: the executor's overheads and
+chunks of a segment (``_plan``, ``_chunk_rows``), pricing (``_evaluate``: the one pass
+rule, ``cost_models.pass_rule.pass_price``, that the roofline loops too; ``_price``: the
+executor's overheads and
 every bundled drafter's cost, a drafter being a kind and its parameters, ``drafter_data``),
 the fcfs scheduler's step 0 with a static k (``_shape``), and committing (``_commit``: the
 request table's columns, the KV pool's held blocks, the ITL gaps, the accepted-length
@@ -24,10 +25,8 @@ histogram, the iteration log's columns by name, and the ledger's accounting ``_a
 The sums reproduce numpy's pairwise order (``numpy_order.total``) where the bits of the
 earlier numpy kernel must be kept; the other sums add integer-valued floats (token counts,
 attention areas), exact in any order. Pricing is left to the Python executor (the pricing
-hook, ``Kernel._price_hook``) for a mixture-of-experts model (``experts_touched`` raises to
-a fractional power, which numpy vectorises with its own SIMD ``pow``: compiled, it could
-differ in the last bit), drafters per class, and a drafter, cost model or executor defined
-outside specsim.
+hook, ``Kernel._price_hook``) for drafters per class, and a drafter, cost model or
+executor defined outside specsim.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from types import FunctionType, SimpleNamespace
 
 import numpy as np
 
+from specsim.cost_models import pass_rule
 from specsim.cost_models.roofline import ForwardCostModel
 from specsim.simulator import rng
 from specsim.simulator.execution.numpy_order import jit, pure
@@ -60,34 +60,9 @@ def _uniform(key, step):
 
 # ------------------------------------------------------------------ the roofline
 
-#: ForwardCostModel attributes, in the order of the parameter vector ``_evaluate`` reads
-_COST_ATTRS = ("_lin_flops_per_token", "_head_flops_per_logit", "_dense_weight_bytes",
-               "_lin_rate", "_t_half", "_attn_flops_per_qc", "_kv_bytes_per_ctx",
-               "_attn_rate", "_bw", "_ew_bytes_per_token", "_ew_bw", "_attn_bw", "_dequant",
-               "_comm_per_token", "_comm_fixed", "_overhead")
-
-
-@jit
-def _evaluate(p, t, qc, ctx, lg):
-    """``ForwardCostModel._evaluate`` for one pass, dense models: (seconds, FLOPs, bytes)."""
-    if not t > 0:  # a pass with no tokens is not launched
-        return 0.0, 0.0, 0.0
-    lin_fpt, head_fpl, wbytes, lin_rate, t_half = p[0], p[1], p[2], p[3], p[4]
-    attn_fpqc, kv_bpc, attn_rate, bw, ew_bpt = p[5], p[6], p[7], p[8], p[9]
-    ew_bw, attn_bw, dequant, comm_pt, comm_fixed, overhead = (p[10], p[11], p[12], p[13],
-                                                              p[14], p[15])
-    c_lin = (lin_fpt * t + head_fpl * lg) / lin_rate
-    if t_half > 0:
-        c_lin = c_lin * (1.0 + t_half / _maximum(t, 1.0))
-    m_lin = wbytes / bw
-    c_att = (attn_fpqc * qc) / attn_rate
-    m_att = (kv_bpc * (ctx + t)) / attn_bw
-    ew = ew_bpt * t / ew_bw
-    total = (_maximum(c_lin * (1.0 + dequant), m_lin) + _maximum(c_att, m_att) + ew
-             + (comm_pt * t + comm_fixed) + overhead)
-    flops = lin_fpt * t + head_fpl * lg + c_att * attn_rate
-    nbytes = m_lin * bw + m_att * attn_bw + ew * ew_bw
-    return total, flops, nbytes
+# the one pass rule (cost_models/pass_rule.py), compiled there; its Python source under
+# ``pure`` like every kernel function: (seconds, FLOPs, bytes) of one pass
+_evaluate = pass_rule.pass_price
 
 
 # drafter kinds (``_drafter_kind``)
@@ -986,15 +961,15 @@ def same(obj, cls, *names) -> bool:
 
 
 def cost_params(cm) -> np.ndarray | None:
-    """A dense ForwardCostModel's constants for ``_evaluate``; None where it cannot be
-    priced here exactly (MoE, or a class that prices differently)."""
-    if not isinstance(cm, ForwardCostModel) or getattr(cm.model, "moe", None) is not None:
+    """A ForwardCostModel's parameter vector for ``_evaluate`` (``pass_params``); None
+    where it cannot be priced here exactly (a class that prices differently)."""
+    if not isinstance(cm, ForwardCostModel):
         return None
-    if not same(cm, ForwardCostModel, "_evaluate", "_parts", "_groups", "time_and_work",
-                "time", "iteration_overhead", "speculation_overhead"):
+    if not same(cm, ForwardCostModel, "_evaluate", "_evaluate_parts", "pass_params",
+                "time_and_work", "time", "iteration_overhead", "speculation_overhead"):
         return None
     try:
-        return frozen([float(getattr(cm, a)) for a in _COST_ATTRS], np.float64)
+        return frozen(cm.pass_params(), np.float64)
     except (AttributeError, TypeError, ValueError):
         return None
 
@@ -1003,7 +978,7 @@ def drafter_data(d):
     """A bundled drafter as data for ``_price``: (kind, cost parameters, scalar), or None
     where the kernel does not price it (the Python pricing hook does)."""
     cls = type(d)
-    none = frozen(np.zeros(len(_COST_ATTRS)))
+    none = frozen(np.zeros(len(pass_rule.PARAMS)))
     if cls in (dr.Drafter, dr.NoDrafter) and same(d, dr.Drafter, "cost_steps"):
         return D_NONE, none, 0.0
     if cls in (dr.SequentialDrafter, dr.ParallelDrafter) and same(d, cls, "cost_steps"):

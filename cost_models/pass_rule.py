@@ -1,0 +1,127 @@
+"""The price of one forward pass, written once: a scalar rule over a pass's aggregates.
+
+``ForwardCostModel`` (roofline.py) reduces a model, a device group and a calibration to a
+parameter vector (``PARAMS``, built by ``ForwardCostModel.pass_params``); ``pass_parts``
+prices one pass from it. Every path calls this one rule: the simulator's compiled kernel
+(``simulator/execution/kernel_jit.py`` calls ``pass_price`` per step, compiled or as its
+Python source), and the roofline's vectorised methods (fits, reports, calibration), which
+loop it over arrays here (``price_many``, ``parts_many``, compiled). numba compiles it where
+it loads (a core dependency); without it, the same source runs as Python.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:
+    import numba
+
+    _njit = numba.njit(cache=True, error_model="numpy", nogil=True)
+except (ImportError, OSError):  # numba missing or not loading: the functions as written
+    def _njit(fn):
+        return fn
+
+#: the parameter vector's entries, in order (``ForwardCostModel`` attribute names): linear
+#: FLOPs per token and per logit, dense weight bytes, matmul rate, small-matmul half point,
+#: attention FLOPs per unit of causal area, KV bytes per context token, attention rate,
+#: weight bandwidth, elementwise bytes per token, elementwise and attention-read bandwidth,
+#: dequantisation share, all-reduce seconds per token and per pass, fixed floors per pass,
+#: MoE: routed-expert bytes of all MoE layers per expert, experts per layer, and the share
+#: of experts a token misses (1 - top_k / experts).
+PARAMS = ("_lin_flops_per_token", "_head_flops_per_logit", "_dense_weight_bytes",
+          "_lin_rate", "_t_half", "_attn_flops_per_qc", "_kv_bytes_per_ctx",
+          "_attn_rate", "_bw", "_ew_bytes_per_token", "_ew_bw", "_attn_bw", "_dequant",
+          "_comm_per_token", "_comm_fixed", "_overhead",
+          "_moe_bytes_per_expert", "_moe_experts", "_moe_miss")
+
+#: what ``pass_parts`` returns, in order
+PARTS = ("linear", "attention", "elementwise", "allreduce", "overhead", "compute", "memory",
+         "flops", "bytes")
+GROUPS = PARTS[:5]  # the op groups whose sum is the pass time
+
+
+@_njit
+def nanmax(x, y):
+    """np.maximum of two floats (NaN wins); the kernel's ``numpy_order.maximum`` too."""
+    if x != x:
+        return x
+    if y != y:
+        return y
+    return x if x >= y else y
+
+
+@_njit
+def experts_touched(experts, miss, t):
+    """Expected distinct experts per MoE layer hit by ``t`` routed tokens (each token picks
+    top_k of ``experts`` uniformly: a given expert is missed with probability ``miss`` per
+    token)."""
+    return experts * (1.0 - miss ** t)
+
+
+@_njit
+def pass_parts(p, t, qc, ctx, lg):
+    """One pass of ``t`` tokens (causal attention area ``qc``, cached context ``ctx``,
+    ``lg`` logits): seconds per op group (linear, attention, elementwise, all-reduce, fixed
+    floors), compute and memory seconds, FLOPs and bytes per device.
+
+    Per group max(FLOPs / rate, bytes / bandwidth): linear layers (dequantisation on the
+    compute side, efficiency T / (T + T_half) for small matmuls, the routed experts the
+    tokens touch), attention (the causal area's FLOPs vs the KV read); elementwise at its
+    bandwidth; all-reduce per token plus latency; fixed floors. A pass with no tokens is not
+    launched and costs nothing."""
+    if not t > 0:
+        return 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    lin_fpt, head_fpl, wbytes, lin_rate, t_half = p[0], p[1], p[2], p[3], p[4]
+    attn_fpqc, kv_bpc, attn_rate, bw, ew_bpt = p[5], p[6], p[7], p[8], p[9]
+    ew_bw, attn_bw, dequant, comm_pt, comm_fixed, overhead = (p[10], p[11], p[12], p[13],
+                                                              p[14], p[15])
+    if p[17] > 0:  # routed experts: the weights of the experts these tokens touch
+        wbytes = wbytes + p[16] * experts_touched(p[17], p[18], t)
+    c_lin = (lin_fpt * t + head_fpl * lg) / lin_rate
+    if t_half > 0:  # small matmuls: efficiency T / (T + T_half) of the maximum
+        c_lin = c_lin * (1.0 + t_half / nanmax(t, 1.0))
+    m_lin = wbytes / bw
+    c_att = (attn_fpqc * qc) / attn_rate
+    m_att = (kv_bpc * (ctx + t)) / attn_bw
+    ew = ew_bpt * t / ew_bw
+    c_lin_q = c_lin * (1.0 + dequant)
+    linear = nanmax(c_lin_q, m_lin)
+    attention = nanmax(c_att, m_att)
+    comm = comm_pt * t + comm_fixed
+    flops = lin_fpt * t + head_fpl * lg + c_att * attn_rate
+    nbytes = m_lin * bw + m_att * attn_bw + ew * ew_bw
+    return (linear, attention, ew, comm, overhead, c_lin_q + c_att, m_lin + m_att + ew,
+            flops, nbytes)
+
+
+@_njit
+def pass_price(p, t, qc, ctx, lg):
+    """One pass: (seconds, FLOPs, bytes), the sum of ``pass_parts``' groups."""
+    g = pass_parts(p, t, qc, ctx, lg)
+    return g[0] + g[1] + g[2] + g[3] + g[4], g[7], g[8]
+
+
+@_njit
+def price_many(p, t, qc, ctx, lg, out):
+    """``pass_price`` of passes i (flat arrays) into out[0:3, i]."""
+    for i in range(t.shape[0]):
+        out[0, i], out[1, i], out[2, i] = pass_price(p, t[i], qc[i], ctx[i], lg[i])
+
+
+@_njit
+def parts_many(p, t, qc, ctx, lg, out):
+    """``pass_parts`` of passes i (flat arrays) into out[0:9, i] (``PARTS``' order)."""
+    for i in range(t.shape[0]):
+        g = pass_parts(p, t[i], qc[i], ctx[i], lg[i])
+        for j in range(9):
+            out[j, i] = g[j]
+
+
+def broadcast(tokens, qc, ctx, logits) -> tuple[tuple[int, ...], list[np.ndarray]]:
+    """Aggregates as flat float arrays of one common shape (logits default to tokens)."""
+    t = np.asarray(tokens, dtype=np.float64)
+    lg = t if logits is None else logits
+    arrs = np.broadcast_arrays(t, np.asarray(qc, dtype=np.float64),
+                               np.asarray(ctx, dtype=np.float64),
+                               np.asarray(lg, dtype=np.float64))
+    return arrs[0].shape, [np.ascontiguousarray(a).ravel() for a in arrs]
