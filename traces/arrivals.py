@@ -83,15 +83,13 @@ class Arrivals:
                 "periods: fixed"
             )
 
-    def window_rates(self, window_s: float, span_s: float) -> np.ndarray:
-        """Mean arrivals per second in each ``window_s`` window of ``[0, span_s)`` (the
-        expected count over the window, so a window that cuts slices averages them);
-        periodic processes only (a day plan's windows, ``traces/diurnal.py``)."""
+    def window_rates(self, bounds: np.ndarray) -> np.ndarray:
+        """Mean arrivals per second between consecutive ``bounds`` (seconds, increasing):
+        the expected count over each window over its length, so a window that cuts slices
+        averages them; periodic processes only (a day plan's windows, traces/diurnal.py)."""
         if self.random_periods:
             raise TraceError("on/off periods drawn at random have no fixed rate per window")
         edges, cum = self._period()
-        bounds = np.minimum(np.arange(0.0, span_s + window_s, window_s), span_s)
-        bounds = bounds[np.concatenate([[True], np.diff(bounds) > 0])]
         mass = np.array([self._mass(float(t), edges, cum) for t in bounds])
         return np.diff(mass) / np.diff(bounds)
 

@@ -17,7 +17,7 @@ A window's rate is the curve's mean over it (``Arrivals.window_rates``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +52,20 @@ class DayCurve:
         window_s = self.window_s or window_s
         if not (np.isfinite(window_s) and window_s > 0):
             raise TraceError(f"--window: expected a positive number of seconds, got {window_s}")
-        n = int(np.ceil(self.period_s / window_s - 1e-9))
+        n = max(int(np.ceil(self.period_s / window_s * (1 - 1e-9))), 1)
         if n > MAX_WINDOWS:
             raise TraceError(f"--window: {window_s:g} s windows cut the {self.period_s:g} s "
                              f"day into {n:,} windows (at most {MAX_WINDOWS:,}); use longer ones")
-        edges = np.minimum(np.arange(n + 1) * window_s, self.period_s)
-        return edges, {c: a.window_rates(window_s, self.period_s)
-                       for c, a in self.classes.items()}
+        edges = np.append(np.arange(n) * window_s, self.period_s)
+        return edges, {c: a.window_rates(edges) for c, a in self.classes.items()}
+
+
+def scaled_to(curve: DayCurve, mean_rate: float) -> DayCurve:
+    """The curve with every class's rates scaled so the day's mean rate is ``mean_rate``
+    (``--qps`` with ``--day``: a trace's shape at another volume)."""
+    factor = mean_rate / sum(a.mean_rate() for a in curve.classes.values())
+    return replace(curve, classes={c: a.scaled(factor) for c, a in curve.classes.items()},
+                   source=f"{curve.source} scaled to a mean of {mean_rate:g} req/s")
 
 
 def _rates(value: Any, key: str, period_s: float) -> Arrivals:

@@ -57,7 +57,7 @@ def cmd_day(args: argparse.Namespace) -> int:
     from specsim.simulator.api import load_scenario
     from specsim.simulator.planning import bounds
     from specsim.simulator.planning.day import DayPlanner, SwitchParams, totals, windows_frame
-    from specsim.simulator.planning.day_report import config_text, write_day
+    from specsim.simulator.planning.day_report import clock, config_text, met_text, write_day
     from specsim.simulator.planning.plan import (
         Planner,
         parse_slos,
@@ -66,11 +66,8 @@ def cmd_day(args: argparse.Namespace) -> int:
         space_size,
     )
     from specsim.traces.arrivals import parse_arrivals
-    from specsim.traces.diurnal import curve_from_arrivals, read_day
+    from specsim.traces.diurnal import curve_from_arrivals, read_day, scaled_to
 
-    if args.qps is not None:
-        raise ScenarioError("--qps: not with --day (each window's rate comes from the day "
-                            "curve)")
     slos = parse_slos(args.slo)
     sc, _, _ = load_scenario(args.scenario)
     wl = sc.workload
@@ -83,6 +80,8 @@ def cmd_day(args: argparse.Namespace) -> int:
         curve = curve_from_arrivals(parse_arrivals(wl["synthetic"]["arrival"],
                                                    "workload.synthetic.arrival"),
                                     f"{args.scenario}: workload.synthetic.arrival")
+    if args.qps is not None:  # the curve's shape at another volume
+        curve = scaled_to(curve, args.qps)
     window = curve.window_s or args.window  # a trace's curve: its counting windows
     params = SwitchParams(args.scale_up_delay, args.warmup, args.host_gb_s)
     planner = DayPlanner(args.scenario, slos, curve, window, requests=args.requests,
@@ -104,25 +103,25 @@ def cmd_day(args: argparse.Namespace) -> int:
         + ", ".join(f"{k} <= {v:g} s" for k, v in slos.items()))
     plan = planner.plan(configs, lambda i, n: say(f"  capacity {i}/{n}"))
     say("replaying the day (the plan, then the static fleet)")
-    planner.replay(plan, lambda i, n: say(f"  window {i}/{n}") if i % 6 == 0 or i == n
-                   else None)
+    planner.replay(plan, lambda i, n: say(f"  {i} windows replayed") if i % 6 == 0 else None)
     df = windows_frame(plan)
     tab = Table(title="the fleet per window (replayed)")
-    cols = ["window", "hours", "req/s", "configuration", "replicas", "$", "switch",
+    cols = ["window", "time (h:mm)", "req/s", "configuration", "replicas", "$", "switch",
             *[f"replay {k} (s)" for k in slos], "SLO met", "static replicas"]
     for c in cols:
         tab.add_column(c, overflow="fold")
     for w, (_, r) in zip(plan.windows, df.iterrows(), strict=True):
-        tab.add_row(str(w.index), f"{r['start_h']:g}-{r['end_h']:g}", f"{w.rate:.3g}",
+        tab.add_row(str(w.index), f"{clock(r['start_h'])}-{clock(r['end_h'])}", f"{w.rate:.3g}",
                     config_text(plan.configs[w.config]), str(w.replicas), f"{r['usd']:,.2f}",
                     w.switch or "-",
                     *[f"{w.replay.stats.get(k, float('nan')):.4g}" for k in slos],
-                    "yes" if w.replay.ok else f"no: {w.replay.why}",
+                    met_text(w),
                     str(r.get("static_replicas", "-")))
     console.print(tab)
     tot = totals(plan)
     tt = Table(title=f"per day (the {tot['period_h']:g} h curve repeating)")
-    for c in ("fleet", "$/day", "kWh/day", "SLO-minutes/day", "peak devices", "switches"):
+    for c in ("fleet", "$/day", "kWh/day", "SLO-minutes/day", "as planned", "replicas added "
+              "by the replay", "peak devices", "switches"):
         tt.add_column(c)
     for name in ("plan", "static"):
         b = tot.get(name)
@@ -130,7 +129,9 @@ def cmd_day(args: argparse.Namespace) -> int:
             tt.add_row("per window" if name == "plan" else
                        "static: " + config_text(plan.configs[plan.static[0].config]),
                        f"{b['usd_per_day']:,.2f}", f"{b['kwh_per_day']:,.2f}",
-                       f"{b['slo_minutes_per_day']:,.0f}", str(b["devices_peak"]),
+                       f"{b['slo_minutes_per_day']:,.0f}",
+                       f"{b['slo_minutes_as_planned_per_day']:,.0f}",
+                       str(b["replicas_added_by_replay"]), str(b["devices_peak"]),
                        str(b.get("switches", "-")))
     console.print(tt)
     if out is not None:

@@ -12,9 +12,14 @@ from specsim.simulator.planning.plan import config_label
 
 
 def config_text(config: dict[str, Any]) -> str:
-    """A configuration as one short cell: its space values, ``k=v`` joined."""
-    return ", ".join(f"{k.split('.', 1)[-1]}={config_label(k, v)}" for k, v in config.items()) \
-        or "the scenario"
+    """A configuration as one short cell: its space values, ``k=v`` joined (a mapping value,
+    e.g. a ``speculation.per_class`` entry, by its leaves: ``per_class.code.method=none``)."""
+    def flat(key: str, v: Any) -> list[str]:
+        if isinstance(v, dict) and key != "disaggregation" and v:
+            return [x for kk, vv in v.items() for x in flat(f"{key}.{kk}", vv)]
+        return [f"{key.split('.', 1)[-1] if '.' in key else key}={config_label(key, v)}"]
+
+    return ", ".join(x for k, v in config.items() for x in flat(k, v)) or "the scenario"
 
 
 def day_json(plan: DayPlan, info: dict[str, Any], params: SwitchParams) -> dict[str, Any]:
@@ -27,6 +32,22 @@ def day_json(plan: DayPlan, info: dict[str, Any], params: SwitchParams) -> dict[
     return finite_or_none({**info, "switch_params": params.sources(), "totals": totals(plan),
                            "capacity": caps, "notes": plan.notes,
                            "windows": windows_frame(plan).to_dict(orient="records")})
+
+
+def clock(hours: float) -> str:
+    """Hours from the day's start as h:mm (rounded to the minute)."""
+    minutes = round(hours * 60)
+    return f"{minutes // 60}:{minutes % 60:02d}"
+
+
+def met_text(w: Any) -> str:
+    """A window's replay verdict: met or which SLO missed, and the replicas it added."""
+    if w.replay is None:
+        return "-"
+    text = "yes" if w.replay.ok else f"no: {w.replay.why}"
+    if w.added:
+        text += f" (+{w.added} by the replay; as planned: {w.first.why or 'met'})"
+    return text
 
 
 def _cell(v: Any, fmt: str = "{:,.2f}") -> str:
@@ -48,21 +69,24 @@ def report_md(plan: DayPlan, info: dict[str, Any], params: SwitchParams) -> str:
              f"- configurations: {len(plan.configs)}; capacity searches: {len(plan.capacity)}",
              "- switches: " + "; ".join(f"{k} {md_text(v)}" for k, v in params.sources().items()),
              "", "## Per window", "",
-             "| window | hours | req/s | configuration | replicas | $ | switch | "
+             "| window | time (h:mm) | req/s | configuration | replicas | $ | switch | "
              + " | ".join(f"replay {k} (s)" for k in slos)
              + " | SLO met | static replicas | static SLO met |",
              "|---:|---|---:|---|---:|---:|---|" + "---:|" * len(slos) + "---|---:|---|"]
+    static = {w.index: w for w in plan.static}
     for _, r in df.iterrows():
         cfg = config_text(plan.configs[plan.windows[int(r["window"])].config])
         stats = " | ".join(_cell(r.get(f"replay_{k}_s"), "{:.4g}") for k in slos)
-        lines.append(f"| {int(r['window'])} | {r['start_h']:g}-{r['end_h']:g} | "
+        lines.append(f"| {int(r['window'])} | {clock(r['start_h'])}-{clock(r['end_h'])} | "
                      f"{r['rate_req_s']:.3g} | {md_text(cfg)} | {int(r['replicas'])} | "
                      f"{r['usd']:,.2f} | {md_text(r['switch']) or '-'} | {stats} | "
-                     f"{_cell(r.get('slo_ok'))} | {_cell(r.get('static_replicas'), '{:d}')} | "
-                     f"{_cell(r.get('static_slo_ok'))} |")
+                     f"{md_text(met_text(plan.windows[int(r['window'])]))} | "
+                     f"{_cell(r.get('static_replicas'), '{:d}')} | "
+                     f"{md_text(met_text(static[int(r['window'])])) if static else '-'} |")
     lines += ["", "## Totals (the curve repeating daily)", "",
-              "| fleet | $/day | kWh/day | SLO-minutes/day | peak devices | device-hours | "
-              "switches |", "|---|---:|---:|---:|---:|---:|---:|"]
+              "| fleet | $/day | kWh/day | SLO-minutes/day | as planned | replicas added by "
+              "the replay | peak devices | device-hours | switches |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name in ("plan", "static"):
         b = tot.get(name)
         if b is None:
@@ -70,7 +94,9 @@ def report_md(plan: DayPlan, info: dict[str, Any], params: SwitchParams) -> str:
         what = "per window (plan)" if name == "plan" else (
             "static: " + md_text(config_text(plan.configs[plan.static[0].config])))
         lines.append(f"| {what} | {b['usd_per_day']:,.2f} | {_cell(b.get('kwh_per_day'))} | "
-                     f"{_cell(b.get('slo_minutes_per_day'), '{:,.0f}')} | {b['devices_peak']} | "
+                     f"{_cell(b.get('slo_minutes_per_day'), '{:,.0f}')} | "
+                     f"{_cell(b.get('slo_minutes_as_planned_per_day'), '{:,.0f}')} | "
+                     f"{_cell(b.get('replicas_added_by_replay'), '{:d}')} | {b['devices_peak']} | "
                      f"{b['device_hours']:,.1f} | {b.get('switches', '-')} |")
     lines += ["", "## Capacity per replica (searched once per configuration and class mix)", "",
               "| configuration | class mix | req/s per replica | lowest failing | why rejected |",
@@ -92,6 +118,7 @@ def day_png(plan: DayPlan, path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     df = windows_frame(plan)
     x = list(df["start_h"]) + [float(df["end_h"].iloc[-1])]
@@ -104,6 +131,7 @@ def day_png(plan: DayPlan, path: Path) -> None:
                              gridspec_kw={"height_ratios": [2, 2, 1.4]})
     axes[0].step(x, steps("rate_req_s"), where="post", color="tab:blue")
     axes[0].set_ylabel("arrival rate (req/s)")
+    axes[0].set_ylim(bottom=0)
     axes[0].set_title("A day of traffic: the fleet per window")
     axes[1].step(x, steps("devices"), where="post", label="per-window plan", color="tab:green")
     if "static_devices" in df:
@@ -114,8 +142,10 @@ def day_png(plan: DayPlan, path: Path) -> None:
         for _, r in bad.iterrows():
             axes[1].axvspan(r["start_h"], r["end_h"], color="tab:red", alpha=0.15)
     axes[1].set_ylabel("devices (GPUs)")
-    axes[1].set_ylim(bottom=0)
-    axes[1].legend(loc="upper left", fontsize=8)
+    axes[1].set_ylim(0, max(df["devices"].max(), df.get("static_devices", df["devices"]).max())
+                     * 1.25 + 0.5)
+    axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[1].legend(loc="upper left", fontsize=8, ncols=2)
     used = sorted({w.config for w in plan.windows})
     pos = {c: j for j, c in enumerate(used)}
     axes[2].step(x, [pos[w.config] for w in plan.windows] + [pos[plan.windows[-1].config]],

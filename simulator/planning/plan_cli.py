@@ -20,7 +20,7 @@ def add_plan_command(sub) -> None:
     p.add_argument("--slo", action="append", default=[], metavar="NAME=SECONDS",
                    help="ttft_p99=0.5, tpot_p99=0.05, e2e_p99=..., ... (repeatable)")
     p.add_argument("--qps", type=flags.positive_rate, help="target load, requests per second "
-                   "(required without --day)")
+                   "(with --day: the day's mean rate, the curve scaled to it)")
     p.add_argument("--space", metavar="FILE",
                    help="YAML mapping of scenario keys to lists of values (crossed), e.g. "
                         "{hardware.accelerator: [H100-SXM, A100-SXM-80GB], speculation.k: "
