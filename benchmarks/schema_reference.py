@@ -123,11 +123,14 @@ def _walk(s: dict[str, Any]) -> tuple[dict[str, str], list[str]]:
 
 
 def _refs(prop: dict[str, Any]) -> list[str]:
+    """The sections a property points to: itself, its union's members, a list's items."""
     if "discriminator" in prop:
         return []
     if "$ref" in prop:
         return [prop["$ref"]]
-    return [p["$ref"] for u in ("anyOf", "oneOf") for p in prop.get(u, []) if "$ref" in p]
+    members = [p for u in ("anyOf", "oneOf") for p in prop.get(u, [])]
+    items = [m["items"] for m in (prop, *members) if isinstance(m.get("items"), dict)]
+    return [p["$ref"] for p in (*members, *items) if "$ref" in p]
 
 
 def _variants(prop: dict[str, Any]) -> list[str]:

@@ -5,10 +5,12 @@ A pool is workers of one deployment (hardware, TP, model, drafter, KV; ``deploym
 with one role: ``mixed`` (prefill and decode on the same worker), ``prefill`` (stops at the
 first token and hands the request over a link) or ``decode`` (receives requests whose KV
 came over a link). A scenario without ``disaggregation`` is one mixed pool; with it, a
-prefill pool, a decode pool and one KV link (``cluster/pd.py``), each pool on its own
-hardware if the scenario says so. Worker ids run over the pools in order (the prefill
-pool first), so ``router.policy`` indexes the pool arrivals enter as it would a mixed
-fleet.
+prefill pool, one decode pool (``disaggregation.decode``, named ``decode``) or several
+(``disaggregation.decode_pools``, a list, each named), and one KV link from the prefill
+pool to the decode pools (``cluster/pd.py``), each pool on its own hardware if the scenario
+says so. Worker ids run over the pools in order (the prefill pool first, then the decode
+pools in list order), so ``router.policy`` indexes the pool arrivals enter as it would a
+mixed fleet.
 
 ``deploy`` resolves the pools (no trace, no simulation: ``specsim validate`` and planners);
 ``build_workers`` makes a pool's workers for a run.
@@ -32,7 +34,7 @@ from specsim.simulator.execution.kernel import Kernel
 from specsim.simulator.kv import prefix_cache as pc
 from specsim.simulator.kv.blocks import BlockAllocator
 from specsim.simulator.kv.eviction import Newest  # noqa: F401  (registers the eviction policies)
-from specsim.simulator.registry import EVICTION
+from specsim.simulator.registry import EVICTION, ROUTERS
 from specsim.simulator.routing.routers import Router
 from specsim.simulator.scheduling.batching import make_scheduler  # (registers "fcfs")
 from specsim.traces.errors import TraceError
@@ -74,13 +76,14 @@ class Pool:
 
 @dataclass(frozen=True)
 class Link:
-    """A KV link from ``source`` to ``target`` (``disaggregation.link``): bandwidth in bytes
-    per second, latency per transfer, one link for the fleet (``shared``) or one per source
-    worker; ``bytes_per_token``: the KV a transferred token carries (target + drafter, all
-    of a worker's devices)."""
+    """A KV link from pool ``source`` to the pools ``targets`` (``disaggregation.link``; the
+    hand-off picks one target per request): bandwidth in bytes per second, latency per
+    transfer, one link for the fleet (``shared``) or one per source worker;
+    ``bytes_per_token``: the KV a transferred token carries (target + drafter, all of a
+    worker's devices)."""
 
     source: str
-    target: str
+    targets: tuple[str, ...]
     bandwidth_bytes_s: float
     latency_s: float
     shared: bool
@@ -99,9 +102,10 @@ class Fleet:
 
     @property
     def deployment(self) -> Deployment:
-        """The pool that decodes: the model, speculation and acceptance every request is
-        drawn with, and what the run's single-valued metrics report."""
-        return next(p for p in reversed(self.pools) if p.role != PREFILL).deployment
+        """The (first) pool that decodes: the model, speculation and acceptance every
+        request is drawn with (the scenario's, so every decode pool's), and what the run's
+        single-valued metrics report."""
+        return next(p for p in self.pools if p.role != PREFILL).deployment
 
     @property
     def model(self) -> Any:
@@ -132,50 +136,68 @@ def deploy(sc: Any, base_dir: Path) -> Fleet:
         return Fleet(sc, [Pool(MIXED, MIXED, d, sc.router.policy,
                                 router_params=sc.router.params)], [], list(d.notes))
     hw = sc.hardware
-    for name in (PREFILL, DECODE):  # each pool whole workers, before the pools are added
-        pool = getattr(dis, name)
+    given = pd_pools(dis)
+    for _name, key, pool in given:  # each pool whole workers, before the pools are added
         tp = pool.tensor_parallel if pool.tensor_parallel is not None else hw.tensor_parallel
-        workers_of(pool.count, tp, f"disaggregation.{name}.count",
+        workers_of(pool.count, tp, f"{key}.count",
                    None if pool.tensor_parallel is not None else "hardware.tensor_parallel")
     total = unit_devices(sc)
     if "count" in hw.model_fields_set and hw.count != total:
         raise ScenarioError(f"hardware.count: {hw.count} devices, but the disaggregation "
-                            f"pools have {dis.prefill.count} + {dis.decode.count} "
+                            f"pools have {' + '.join(str(p.count) for _, _, p in given)} "
                             f"= {total} (give their sum, or leave hardware.count out)")
     pools, first = [], 0
-    for name in (PREFILL, DECODE):
-        pool = getattr(dis, name)
+    for name, key, pool in given:
         if pool.accelerator is not None:  # the key is named as the pool's
-            get_hardware(pool.accelerator, f"disaggregation.{name}.accelerator")
+            get_hardware(pool.accelerator, f"{key}.accelerator")
         try:
-            d = Deployment(pool_scenario(sc, name), base_dir)
+            d = Deployment(pool_scenario(sc, pool), base_dir)
         except _USER_ERRORS as exc:
-            raise type(exc)(_rekey(str(exc), name, pool)) from None
-        router = sc.router.policy if name == PREFILL else dis.decode_router
-        pools.append(Pool(name, name, d, router, first,
-                          router_params=sc.router.params if name == PREFILL else None))
+            raise type(exc)(_rekey(str(exc), key, pool)) from None
+        role = PREFILL if name == PREFILL else DECODE
+        router = sc.router.policy if role == PREFILL else dis.decode_router
+        pools.append(Pool(name, role, d, router, first,
+                          router_params=sc.router.params if role == PREFILL else None))
         first += d.n_workers
+    if len(pools) > 2 and not ROUTERS.get(dis.decode_router).reads_load:
+        raise ScenarioError(f"disaggregation.decode_router: {dis.decode_router} does not read "
+                            "the workers' load; over several decode pools the hand-off offers "
+                            "the router the workers of the pools that can hold each request, "
+                            "so it must (e.g. least_loaded, least_loaded_per_kv)")
     pf = pools[0].deployment
     link = dis.link
-    links = [Link(PREFILL, DECODE, float(link.bandwidth_gb_s) * 1e9, float(link.latency_s),
-                  bool(link.shared), float(pf.kv_bytes_per_token_device * pf.tp), link)]
+    links = [Link(PREFILL, tuple(p.name for p in pools[1:]), float(link.bandwidth_gb_s) * 1e9,
+                  float(link.latency_s), bool(link.shared),
+                  float(pf.kv_bytes_per_token_device * pf.tp), link)]
     return Fleet(sc, pools, links, _pd_notes(pools, link))
+
+
+def pd_pools(dis: Any) -> list[tuple[str, str, Any]]:
+    """A disaggregation section's pools in worker-id order, as (name, scenario key, section):
+    the prefill pool, then ``decode`` (named ``decode``) or each of ``decode_pools``."""
+    out = [(PREFILL, "disaggregation.prefill", dis.prefill)]
+    if dis.decode_pools is None:
+        return [*out, (DECODE, "disaggregation.decode", dis.decode)]
+    return [*out, *((p.name, f"disaggregation.decode_pools.{i}", p)
+                    for i, p in enumerate(dis.decode_pools))]
 
 
 def unit_devices(sc: Any) -> int:
     """Devices of the smallest fleet of this scenario's shape (a planner's replica): one
     worker of a mixed pool (its tensor_parallel devices), or every pool of a disaggregated
-    fleet (their counts, which are devices, added)."""
+    fleet (their counts, which are devices, added: the prefill pool and every decode
+    pool)."""
     dis = sc.disaggregation
     if dis is None:
         return int(sc.hardware.tensor_parallel)
-    return int(dis.prefill.count + dis.decode.count)
+    return int(sum(p.count for _, _, p in pd_pools(dis)))
 
 
-def pool_scenario(sc: Any, name: str) -> Any:
-    """The scenario one pool runs: ``hardware``, ``cost`` and ``calibration`` from the pool
-    (falling back to the scenario's own), no ``disaggregation``."""
-    hw, pool = sc.hardware, getattr(sc.disaggregation, name)
+def pool_scenario(sc: Any, pool: Any) -> Any:
+    """The scenario one pool (its ``disaggregation`` section) runs: ``hardware``, ``cost``
+    and ``calibration`` from the pool (falling back to the scenario's own), no
+    ``disaggregation``."""
+    hw = sc.hardware
     tp = pool.tensor_parallel if pool.tensor_parallel is not None else hw.tensor_parallel
     hw_up = {"count": pool.count, "tensor_parallel": tp}
     for key in ("accelerator", "memory_fraction"):
@@ -189,26 +211,27 @@ def pool_scenario(sc: Any, name: str) -> Any:
                                  "disaggregation": None, **own})
 
 
-def _rekey(msg: str, name: str, pool: Any) -> str:
+def _rekey(msg: str, where: str, pool: Any) -> str:
     """A pool's Deployment names ``hardware.*`` / ``cost.*`` keys: name the key the value
-    came from (the pool's own, or the scenario's section it fell back to)."""
+    came from (the pool's own at ``where``, or the scenario's section it fell back to)."""
     for key, fallback in _FALLBACK.items():
-        if msg.startswith(fallback) and pool[key] is not None:
-            return f"disaggregation.{name}.{key}" + msg[len(fallback):]
+        if msg.startswith(fallback) and getattr(pool, key) is not None:
+            return f"{where}.{key}" + msg[len(fallback):]
     if msg.startswith("hardware.count"):
-        return f"disaggregation.{name}.count" + msg[len("hardware.count"):]
+        return f"{where}.count" + msg[len("hardware.count"):]
     if msg.startswith(("hardware.", "cost.")):
         return msg
-    return f"disaggregation.{name}: {msg}"
+    return f"{where}: {msg}"
 
 
 def _pd_notes(pools: list[Pool], link: Any) -> list[str]:
-    """Both pools' notes once each (a note only one pool has names it) and the link's."""
+    """Every pool's notes once each (a note not every pool has names its pool) and the
+    link's."""
     notes: list[str] = []
-    pf, dc = (p.deployment for p in pools)
-    for pool, other in ((pools[0], dc), (pools[1], pf)):
+    for pool in pools:
+        others = [o.deployment.notes for o in pools if o is not pool]
         for n in pool.deployment.notes:
-            if n not in other.notes:
+            if not all(n in o for o in others):
                 n = f"{pool.name} pool: {n}"
             if n not in notes:
                 notes.append(n)

@@ -1,14 +1,25 @@
-"""Prefill/decode (PD) disaggregation: a prefill pool, a decode pool, and a KV link.
+"""Prefill/decode (PD) disaggregation: a prefill pool, one decode pool or several, and a KV
+link.
 
 Scenario form (``disaggregation:``; absent, every worker is mixed, as before)::
 
-    hardware: {accelerator: H100-SXM, tensor_parallel: 1}  # defaults for both pools
+    hardware: {accelerator: H100-SXM, tensor_parallel: 1}  # defaults for every pool
     disaggregation:
       prefill: {count: 2}                     # + accelerator, tensor_parallel, memory_fraction,
       decode: {count: 6, tensor_parallel: 2}  #   price_usd_per_hour, power_idle_w, power_max_w
       link: {bandwidth_gb_s: 50, latency_s: 1.0e-5, shared: true}
       decode_router: least_loaded             # any router.policy name
       local_prefill_max_tokens: null          # conditional disaggregation (needs a prefix cache)
+
+Several decode pools (``decode_pools:`` instead of ``decode:``, a list of decode's keys plus
+a ``name``; e.g. an A100 pool and an H200 pool behind one H100 prefill pool,
+``scenarios/pd_two_decode_pools.yaml``): the hand-off offers ``decode_router`` the workers
+of every decode pool that can hold the request's KV (prompt + output within one worker's
+blocks, the rule that otherwise rejects it at arrival), so the router, which must read
+load, picks a pool and a worker in one decision (``least_loaded_per_kv`` weighs each
+worker's load by its KV capacity); its reason, prefixed by the pool's name, is
+``pd_decode_route_reason``. A request is rejected at arrival only when no decode pool can
+hold it. Each decode pool is reported as its own pool (``disaggregation.pools.<name>``).
 
 A pool's ``accelerator``, ``tensor_parallel`` and ``memory_fraction`` default to
 ``hardware``'s; its price and power to ``cost``'s, then to its accelerator's catalog entry.
@@ -59,6 +70,7 @@ the link. ``requests.csv`` gains ``pd_*`` columns. Fleet cost and energy sum the
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -138,13 +150,48 @@ class PDLink:
         self.local = np.zeros(n, bool)  # prefilled on a decode worker (conditional)
         self.decode_reason = np.full(n, -1, np.int32)  # the decode router's (a reason code)
 
-    def attach(self, source: Any, target: Any) -> None:
-        """The two pools, their workers built."""
-        self.source, self.target = source, target
-        self.prefill, self.decode = source.workers, target.workers
+    def attach(self, source: Any, targets: list[Any]) -> None:
+        """The pools, their workers built: the prefill pool and the decode pools (their
+        workers are consecutive in id order: ``decode`` lists them all)."""
+        self.source, self.targets = source, targets
+        self.target = targets[0]
+        self.prefill = source.workers
+        self.decode = [w for p in targets for w in p.workers]
         self.link_free = [0.0] * (1 if self.shared else len(self.prefill))
         self.link_busy = [0.0] * len(self.link_free)
         self.inflight = np.zeros(len(self.decode), np.int64)
+        if len(targets) > 1:  # one router over every decode pool's workers
+            from specsim.simulator.routing.routers import make_router
+
+            t = self.t
+            self.pool_of = np.repeat(np.arange(len(targets)), [len(p.workers) for p in targets])
+            self.fits = np.array([~p.too_big(t.prompt, t.output) for p in targets])
+            self.router = make_router(targets[0].router_policy, len(self.decode))
+        else:
+            self.router = self.target.router
+
+    def _route(self, rid: int) -> tuple[Any, str]:
+        """The decode worker a request's KV goes to, and why: the decode pool's router, or,
+        with several decode pools, one router over the workers of those that can hold the
+        request (requests on their way to a worker count in its load)."""
+        if len(self.targets) == 1:
+            return self.sim.route_in(self.target, rid, self.inflight)
+        fits = self.fits[:, rid]
+        cand = [i for i in range(len(self.decode)) if fits[self.pool_of[i]]]
+        names = [p.name for p in self.targets]
+        if len(cand) == 1:
+            w = self.decode[cand[0]]
+            return w, f"{names[self.pool_of[cand[0]]]}: the only decode worker that can hold it"
+        now = self.env.now
+        snaps = []
+        for j, i in enumerate(cand):
+            w = self.decode[i]
+            w.sync(now)
+            s = w.snapshot()
+            snaps.append(dataclasses.replace(s, wid=j, queued=s.queued + int(self.inflight[i])))
+        decision = self.router.route(self.sim.features(rid), snaps)
+        i = cand[decision.worker]
+        return self.decode[i], f"{names[self.pool_of[i]]}: {decision.reason}"
 
     # ------------------------------------------------------------ routing and hand-off
     def local_worker(self, rid: int) -> tuple[Any, str] | None:
@@ -156,10 +203,12 @@ class PDLink:
             return None
         t = self.t
         best, best_hit = None, 0
-        for w in self.decode:
+        for i, w in enumerate(self.decode):
             cache = getattr(w, "cache", None)
             if cache is None or not cache.prefix:
                 return None
+            if len(self.targets) > 1 and not self.fits[self.pool_of[i], rid]:
+                continue  # its pool cannot hold the request's KV
             hit = int(cache.peek(rid)[0])
             if hit > best_hit or (hit == best_hit and best is not None and hit
                                   and w.load < best.load):
@@ -188,7 +237,7 @@ class PDLink:
             t.last_delivery[rid] = np.nan
             t.status[rid] = rq.QUEUED  # in flight, on the link
             # the decode pool's router: requests on their way to a worker count in its load
-            w, reason = self.sim.route_in(self.target, rid, self.inflight)
+            w, reason = self._route(rid)
             dw = w.wid - self.target.first_wid
             self.decode_reason[rid] = t.reason_code(reason)
             self.inflight[dw] += 1
@@ -239,7 +288,7 @@ class PDLink:
             "link": {"bandwidth_gb_s": link.bandwidth_gb_s, "latency_s": link.latency_s,
                      "shared": link.shared, "links": n_links,
                      "busy_fraction": (sum(self.link_busy) / (n_links * now)) if now else 0.0},
-            "decode_router": self.target.router.name,
+            "decode_router": self.router.name,
             "transfers": int(sent.sum()),
             "transfers_in_flight_at_end": int((np.isfinite(self.end) & ~self.landed).sum()),
             "bytes_moved": float(self.nbytes[sent].sum()),

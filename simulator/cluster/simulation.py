@@ -21,7 +21,7 @@ from specsim import limits
 from specsim.simulator import rng
 from specsim.simulator.cluster import requests as rq
 from specsim.simulator.cluster.arrivals import ClosedLoop, OpenLoop
-from specsim.simulator.cluster.build import PREFILL, Fleet, Pool, build_workers, deploy
+from specsim.simulator.cluster.build import DECODE, PREFILL, Fleet, Pool, build_workers, deploy
 from specsim.simulator.cluster.overload import Overloaded, make_watch
 from specsim.simulator.cluster.worker import Worker
 from specsim.simulator.execution.kernel import SPEC_ITER_COLUMNS
@@ -99,7 +99,7 @@ class Simulation:
         fleet = self.fleet
         self.handoffs = [PDLink(self, link) for link in fleet.links]
         by_source = {h.link.source: h for h in self.handoffs}
-        targets = {h.link.target for h in self.handoffs}
+        targets = {name for h in self.handoffs for name in h.link.targets}
         for pool in sorted(fleet.pools, key=lambda p: p.role == PREFILL):
             if pool.role == PREFILL:
                 pool.workers = build_workers(pool, self, PrefillView(self.table),
@@ -111,7 +111,7 @@ class Simulation:
                     None if pool.name in targets else self.next_arrival_hint)
             pool.router = make_router(pool.router_policy, len(pool.workers), pool.router_params)
         for h in self.handoffs:
-            h.attach(fleet.pool(h.link.source), fleet.pool(h.link.target))
+            h.attach(fleet.pool(h.link.source), [fleet.pool(n) for n in h.link.targets])
         note_plugins(self.notes, self.workers)  # plug-ins run through slower Python hooks
 
     # ------------------------------------------------------------------ what others read
@@ -196,11 +196,16 @@ class Simulation:
 
     def _plan_arrivals(self) -> None:
         """Rejections decided by a request alone: too long for the context, or for the KV
-        of a worker of any pool it would pass through."""
+        of a worker of any pool it would pass through (with several decode pools: of every
+        one of them, since the hand-off picks one that can hold it)."""
         t, fleet = self.table, self.fleet
         why = np.zeros(t.n, np.int8)
+        decode = [p.too_big(t.prompt, t.output) for p in fleet.pools if p.role == DECODE]
         for pool in fleet.pools:
-            why[pool.too_big(t.prompt, t.output)] = 2
+            if pool.role != DECODE:
+                why[pool.too_big(t.prompt, t.output)] = 2
+        if decode:
+            why[np.logical_and.reduce(decode)] = 2
         why[t.prompt + t.output > fleet.model.max_context] = 1
         self._static_reject = why
         self._eligible = np.flatnonzero(why == 0)  # requests that will be routed

@@ -85,6 +85,20 @@ class LeastLoaded(Router):
         return Decision(best.wid, f"least loaded ({best.load} requests)")
 
 
+@ROUTERS.register("least_loaded_per_kv")
+class LeastLoadedPerKv(Router):
+    """The worker with the fewest running + queued requests per KV block it has (then the
+    lowest index): among workers of one kind, ``least_loaded``; across pools of different
+    HBM (two decode pools of a PD fleet, an A100 pool and an H200 pool), each takes requests
+    in proportion to the KV it can hold. A simple rule (assumed, not fitted): it does not
+    weigh the pools' speed."""
+
+    def route(self, request, snapshots):
+        best = min(snapshots, key=lambda s: ((s.load + 1) / max(s.kv_total_blocks, 1), s.wid))
+        return Decision(best.wid, f"least loaded per KV block ({best.load} requests on "
+                                  f"{best.kv_total_blocks} blocks)")
+
+
 def make_router(name: str, n_workers: int, params: dict[str, Any] | None = None) -> Router:
     """The router registered as ``name``; one that registered a params model gets its
     settings (``router.params``, validated) as its second argument."""

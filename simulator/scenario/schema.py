@@ -702,28 +702,84 @@ class PdLink(Section):
                                            "per prefill worker")
 
 
+class DecodePool(PdPool):
+    """One ``disaggregation.decode_pools`` entry: a decode pool's devices (``PdPool``'s
+    keys) and its name (metrics.json's ``disaggregation.pools.<name>``)."""
+
+    name: OptStr = Field(None, description="the pool's name, unique (default: decode_1, "
+                                           "decode_2, ... in list order)")
+
+
+def _decode_pools_in(value: Any) -> Any:
+    """``disaggregation.decode_pools``: a list of decode pools (``DecodePool``), names unique
+    (defaults ``decode_<i>``), none named ``prefill``."""
+    if value is None:
+        return None
+    if not isinstance(value, list | tuple) or not value:
+        raise fail(f"expected a non-empty list of decode pools ({{name, count, accelerator, "
+                   f"tensor_parallel, ...}} mappings), got {show(value)}")
+    if len(value) > 16:
+        raise fail(f"expected at most 16 decode pools, got {len(value)}")
+    out, names = [], set()
+    for i, item in enumerate(value):
+        if isinstance(item, DecodePool):
+            pool = item
+        else:
+            if not isinstance(item, dict):
+                raise fail_key(str(i), f"expected a mapping (name, count, accelerator, "
+                                       f"tensor_parallel, ...), got {show(item)}")
+            try:
+                pool = DecodePool.model_validate(item)
+            except ValidationError as exc:
+                key, msg = error_line(exc, DecodePool)
+                raise fail_key(f"{i}.{key}", msg) from None
+        if pool.name is None:
+            pool = pool.model_copy(update={"name": f"decode_{i + 1}"})
+        if pool.name in names or pool.name == "prefill":
+            raise fail_key(f"{i}.name", f"expected a unique name other than 'prefill', got "
+                                        f"{show(pool.name)}")
+        names.add(pool.name)
+        out.append(pool)
+    return out
+
+
+_decode_pools_in.kind = "list"
+DecodePools = Annotated[list[DecodePool] | None, BeforeValidator(_decode_pools_in)]
+
+
 class Disaggregation(Section):
-    """Prefill/decode disaggregation: a prefill pool, a decode pool and the KV link between
-    them (absent: every worker is mixed, as before). ``router.policy`` places arrivals on the
-    prefill pool, ``decode_router`` places transferred requests on the decode pool."""
+    """Prefill/decode disaggregation: a prefill pool, one decode pool (``decode``) or several
+    (``decode_pools``), and the KV link from the prefill pool (absent: every worker is
+    mixed, as before). ``router.policy`` places arrivals on the prefill pool,
+    ``decode_router`` places transferred requests on a decode worker (with several decode
+    pools, over the workers of every pool that can hold the request's KV)."""
 
     link: _section(PdLink)
     decode_router: Policy(ROUTERS) = Field(
-        "least_loaded", description="router policy over the decode pool")
+        "least_loaded", description="router policy over the decode pool(s)")
     local_prefill_max_tokens: OptInt(0) = Field(
         None, description="prefill on the decode worker holding the request's prefix (needs "
                           "kv_cache.prefix_cache) when at most this many prompt tokens are "
                           "not cached there (Dynamo's conditional disaggregation); null: never")
     prefill: _optional_section(PdPool)
     decode: _optional_section(PdPool)
+    decode_pools: DecodePools = Field(
+        None, description="several decode pools (a list of decode's keys plus a name), "
+                          "instead of decode: the prefill pool hands each request to one "
+                          "of them (decode_router)")
 
     @model_validator(mode="after")
     def _pools(self) -> Disaggregation:
+        if self.decode is not None and self.decode_pools is not None:
+            raise fail_key("decode_pools", "give decode (one decode pool) or decode_pools "
+                                           "(several), not both")
         for pool in ("prefill", "decode"):
-            if getattr(self, pool) is None:
+            if getattr(self, pool) is None and not (pool == "decode" and self.decode_pools):
                 raise fail_key(pool, f"required: the {pool} pool (a mapping with count, and "
                                      "optionally accelerator, tensor_parallel, "
-                                     "price_usd_per_hour)")
+                                     "price_usd_per_hour)"
+                               + (", or decode_pools: a list of them" if pool == "decode"
+                                  else ""))
         return self
 
 
