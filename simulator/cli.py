@@ -561,6 +561,12 @@ def build_parser() -> argparse.ArgumentParser:
     from specsim.simulator.planning.plan_cli import add_plan_command
 
     add_plan_command(sub)
+    from specsim.simulator.planning.sensitivity_cli import add_sensitivity_command
+
+    add_sensitivity_command(sub)
+    from specsim.simulator.planning.advise_cli import add_advise_command
+
+    add_advise_command(sub)
     from specsim.simulator.planning.sweep import add_sweep_command  # light: runs import lazily
 
     add_sweep_command(sub)
