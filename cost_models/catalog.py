@@ -18,10 +18,13 @@ from .catalog_schema import (  # noqa: F401 (DTYPES and the bounds are re-export
     DTYPES,
     MAX_NUMBER,
     MIN_POSITIVE,
+    Entry,
     HardwareEntry,
     ModelEntry,
+    NonNegNum,
     QuantAlias,
     QuantEntry,
+    Str,
     validate_entry,
 )
 from .errors import CatalogError
@@ -137,6 +140,39 @@ def get_hardware(ref: Any, where: str = "hardware.accelerator") -> HardwareSpec:
     """A catalog name, or an inline mapping with the catalog's fields (plus ``name``)."""
     return _named_or_inline(ref, where, hardware_catalog(), "accelerator", "hardware",
                             hardware_from_dict)
+
+
+# ---------------------------------------------------------------- power by phase
+
+
+class PowerCurveEntry(Entry):
+    """One ``power.yaml`` entry: a device's power above idle, as fractions of max - idle."""
+
+    host: NonNegNum
+    compute: NonNegNum
+    memory: NonNegNum
+    source: Str
+
+
+@dataclass(frozen=True)
+class PowerCurve:
+    """P = idle + (max - idle) x min(1, host + compute x u_compute + memory x u_memory): one
+    curve for every phase of a step (``power.yaml`` says where each number comes from)."""
+
+    accelerator: str  # the entry used: the accelerator's own, or "default"
+    host: float
+    compute: float
+    memory: float
+    source: str
+
+
+@functools.cache
+def power_curve(accelerator: str) -> PowerCurve:
+    """The accelerator's power curve (``power.yaml``), else the labelled default."""
+    cat = _load_yaml("power.yaml")
+    name = accelerator if accelerator in cat else "default"
+    e = validate_entry(PowerCurveEntry, cat[name], f"power catalog entry {name}")
+    return PowerCurve(name, float(e.host), float(e.compute), float(e.memory), e.source)
 
 
 # ---------------------------------------------------------------- models

@@ -179,8 +179,22 @@ def _with_baseline(result, source, args, trace):
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from specsim.errors import ScenarioError
     from specsim.simulator.report.rerender import detect, rerender
 
+    if args.seed_tables is not None:
+        from specsim.simulator.report.seed_tables import seed_tables
+
+        if args.folder is not None:
+            raise ScenarioError("specsim report: give either FOLDER or --seed-tables "
+                                "BASELINE_DIR SPEC_DIR [...], not both")
+        print(seed_tables(args.seed_tables, args.out, args.force), end="")
+        if args.out:
+            print(f"wrote {args.out}/seed_tables.md, seed_cost.csv, seed_energy.csv")
+        return 0
+    if args.folder is None or args.out is not None:
+        raise ScenarioError("specsim report: expected a FOLDER (or --seed-tables BASELINE_DIR "
+                            "SPEC_DIR [...]; --out goes with --seed-tables)")
     kind = detect(args.folder)
     written = rerender(args.folder)
     print(f"{kind}: wrote {args.folder}/" + ", ".join(written))
@@ -544,8 +558,15 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_replay)
     rep = sub.add_parser("report", help="write report.md / report.html again from a run's, "
                          "a --baseline run's or a sweep's outputs (e.g. after --no-report)")
-    rep.add_argument("folder", help="the --out folder of `specsim run` (with or without "
-                     "--baseline) or of `specsim sweep`")
+    rep.add_argument("folder", nargs="?", help="the --out folder of `specsim run` (with or "
+                     "without --baseline) or of `specsim sweep`")
+    rep.add_argument("--seed-tables", nargs="+", metavar="DIR",
+                     help="BASELINE_DIR SPEC_DIR [SPEC_DIR ...]: run folders of one scenario, "
+                     "without speculation then with: print the cost and energy tables per "
+                     "configuration (Markdown)")
+    rep.add_argument("--out", metavar="DIR", help="with --seed-tables: also write "
+                     "seed_tables.md, seed_cost.csv and seed_energy.csv into DIR")
+    rep.add_argument("--force", action="store_true", help="replace a previous --out folder")
     rep.set_defaults(func=cmd_report)
     sch = sub.add_parser("schema", help="print the scenario's JSON Schema (for editors)")
     sch.add_argument("--catalog", action="store_true", help="the catalog entries' schema instead")

@@ -63,15 +63,20 @@ def test_split_work_is_exact_per_step():
 
 
 def test_draft_phase_is_powered_at_its_own_utilisation():
-    """A memory-bound draft phase at full bandwidth next to an idle-ish rest of the step:
-    the draft phase draws maximum power, the rest idle power (the average would hide it)."""
-    led = Ledger(devices=1, peak_flops=1e15, hbm_bw=1e12, power_idle=100.0, power_max=700.0)
+    """A memory-bound draft phase at full bandwidth next to a target pass with no work: the
+    draft phase draws its curve's power at u_memory 1, the pass the curve's floor (the
+    average of the two utilisations would give both the same power)."""
+    from specsim.cost_models.catalog import PowerCurve
+
+    curve = PowerCurve("test", host=0.1, compute=2.0, memory=0.5, source="test")
+    led = Ledger(devices=1, peak_flops=1e15, hbm_bw=1e12, power_idle=100.0, power_max=700.0,
+                 curve=curve)
     one = np.array([1.0])
     led.add(dt=np.array([2.0]), draft=one, verify=one, flops=np.array([0.0]),
             nbytes=np.array([1e12]), draft_phase=one, dflops=np.array([0.0]),
             dbytes=np.array([1e12]), drafted=np.array([4.0]), accepted=np.array([2.0]),
             decode_rows=one, prefill_tokens=np.array([0.0]), tokens=np.array([5.0]))
-    assert led.energy_j == pytest.approx(700.0 * 1.0 + 100.0 * 1.0)
+    assert led.energy_j == pytest.approx((100.0 + 600.0 * (0.1 + 0.5)) + (100.0 + 600.0 * 0.1))
 
 
 def test_accepted_length_histogram_matches_token_counts():

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from specsim.cost_models.catalog import get_hardware
+from specsim.cost_models.catalog import get_hardware, power_curve
 from specsim.cost_models.errors import CatalogError
 from specsim.errors import ScenarioError
 from specsim.simulator.cluster.deployment import Deployment, workers_of
@@ -269,7 +269,8 @@ def build_workers(pool: Pool, sim: Any, table: Any, on_finish: Any,
         else:
             kv = pc.PrefixKV(d.kv_blocks, d.block_size, table, keys, kc)
             kernel.shared = sim.table.kv_shared
-        ledger = Ledger(d.tp, d.peak_flops, d.hbm_bw, d.power_idle, d.power_max)
+        ledger = Ledger(d.tp, d.peak_flops, d.hbm_bw, d.power_idle, d.power_max,
+                        power_curve(d.hw.name))
         workers.append(Worker(
             pool.first_wid + i, sim.env, table,
             make_scheduler(sc),

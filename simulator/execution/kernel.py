@@ -363,7 +363,7 @@ class Kernel:
                 t.generated, t.accepted, t.bonus, t.drafted, t.steps, t.kv_len, t.blocks,
                 t.last_delivery, t.first_token, t.finish,
                 bool(self.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
-                float(ledger.hbm_bw), float(ledger.power_idle), float(ledger.power_max),
+                float(ledger.hbm_bw), getattr(ledger, "power", _NO_POWER),
                 hist if hist is not None else _NO_HIST, cls_idx, hist is not None))
         pre = seg.pre_steps
         chunked = pre is not None
@@ -460,3 +460,6 @@ _EMPTY_F2 = _ro(np.zeros((0, 0)))  # no per-row alphas (a single drafter)
 _NO_HIST = np.zeros((1, 1), np.int64)
 _NO_MASK = np.zeros((1, 1), np.bool_)  # a segment without chunks: its (S, B) masks' stand-in
 _NO_BUF = np.zeros((1, len(ITER_COLUMNS)))  # unrecorded: the iteration rows' stand-in
+# a plug-in ledger without the built-in's power curve: it accounts its steps itself
+_NO_POWER = np.zeros(5)
+_NO_POWER.flags.writeable = False

@@ -699,15 +699,21 @@ def _shape_plan_priced(run, S, chunk_ok, kv_free, now, K, budget, chunked,
 
 
 @jit
-def _util(f, nb, s, peak, bw):
-    if not s > 0:
-        return 0.0
-    return _minimum(_maximum(f / (s * peak), nb / (s * bw)), 1.0)
+def _util(f, nb, s, peak, bw, power):
+    """Watts per device of a phase of ``s`` seconds doing ``f`` FLOPs and moving ``nb``
+    bytes: ``power`` = (idle, max, host, compute, memory), ``catalog.PowerCurve``'s
+    idle + (max - idle) x min(1, host + compute x u_compute + memory x u_memory), each
+    utilisation over the phase's own seconds (no seconds: the host floor)."""
+    frac = power[2]
+    if s > 0:
+        frac = frac + power[3] * (f / (s * peak)) + power[4] * (nb / (s * bw))
+    return power[0] + (power[1] - power[0]) * _minimum(frac, 1.0)
 
 
 #: the ledger's sums in ``_account``'s output, after the n compute and n memory
-#: utilisations: busy, draft and verify seconds, energy, then WORK_KINDS' seconds and joules
-LEDGER_SUMS = 12
+#: utilisations: busy, draft and verify seconds, energy, WORK_KINDS' seconds and joules,
+#: then per ledger.PHASES (draft, verify, prefill, host) seconds, joules, FLOPs and bytes
+LEDGER_SUMS = 28
 
 
 @jit
@@ -726,30 +732,42 @@ def _split(dr, rs, fd, fa, fr, pt, tk):
 
 @jit
 def _account(a, n, dt, draft, verify, flops, nbytes, phase, dflops, dbytes, fd, fa, fr,
-             pf_tokens, tokens, devices, peak_flops, hbm_bw, power_idle, power_max, Fo):
+             pf_tokens, tokens, devices, peak_flops, hbm_bw, power, Fo):
     """The ledger (``ledger.Ledger``) of steps a..a+n: into Fo the compute and memory
     utilisation of each (Fo[0:n], Fo[n:2n], of peak), then LEDGER_SUMS sums (busy, draft,
-    verify seconds, energy, the work split's seconds and joules; numpy's summation order).
-    Energy: the draft phase (``phase``, per step) at its own utilisation, the rest of the
-    step (verify pass, engine and speculation overheads) at its own. ``fd``, ``fa``, ``fr``
-    (per step from 0): drafted and accepted tokens and decoding rows."""
+    verify seconds, energy, the work split's seconds and joules, the phases' seconds,
+    joules, FLOPs and bytes; numpy's summation order). Energy, one curve (``_util``) for
+    every phase at its own utilisation: the draft phase (``phase``, per step: the drafter's
+    passes and speculation's bookkeeping), the target's pass (its verify seconds, or the
+    drafter's where an overlapped draft outlasts it; split between prefill and verify by
+    its prompt tokens), and the rest of the step, the engine's bookkeeping, at the host
+    floor (no kernel). ``fd``, ``fa``, ``fr`` (per step from 0): drafted and accepted
+    tokens and decoding rows."""
     e_draft = np.empty(n)
     e_rest = np.empty(n)
     ws = np.empty((4, n))
     wj = np.empty((4, n))
-    dp = power_max - power_idle
+    ps = np.zeros((16, n))  # per phase: seconds, joules, FLOPs, bytes (ledger.PHASES)
     for x in range(n):
         s = a + x
         d = dt[s]
         Fo[x] = flops[s] / (d * peak_flops)  # every planned iteration has tokens: dt > 0
         Fo[n + x] = nbytes[s] / (d * hbm_bw)
         ph = phase[x]
-        rest = _maximum(d - ph, 0.0)
-        e_draft[x] = devices * ph * (
-            power_idle + dp * _util(dflops[s], dbytes[s], ph, peak_flops, hbm_bw))
-        e_rest[x] = devices * rest * (
-            power_idle + dp * _util(flops[s] - dflops[s], nbytes[s] - dbytes[s], rest,
-                                    peak_flops, hbm_bw))
+        tv = verify[s] if ph > 0 else _maximum(verify[s], draft[s])
+        tf = flops[s] - dflops[s] if ph > 0 else flops[s]
+        tb = nbytes[s] - dbytes[s] if ph > 0 else nbytes[s]
+        host = _maximum(d - ph - tv, 0.0)
+        e_draft[x] = devices * ph * _util(dflops[s], dbytes[s], ph, peak_flops, hbm_bw, power)
+        e_tv = devices * tv * _util(tf, tb, tv, peak_flops, hbm_bw, power)
+        e_host = devices * host * _util(0.0, 0.0, 0.0, peak_flops, hbm_bw, power)
+        e_rest[x] = e_tv + e_host
+        pre = pf_tokens[s] / tokens[s] if tokens[s] > 0 else 0.0
+        ver = 1.0 - pre
+        ps[0, x], ps[4, x], ps[8, x], ps[12, x] = ph, e_draft[x], dflops[s], dbytes[s]
+        ps[1, x], ps[5, x], ps[9, x], ps[13, x] = tv * ver, e_tv * ver, tf * ver, tb * ver
+        ps[2, x], ps[6, x], ps[10, x], ps[14, x] = tv * pre, e_tv * pre, tf * pre, tb * pre
+        ps[3, x], ps[7, x] = host, e_host
         ws[0, x], ws[1, x], ws[2, x], ws[3, x] = _split(draft[s], d - draft[s], fd[x], fa[x],
                                                         fr[x], pf_tokens[s], tokens[s])
         wj[0, x], wj[1, x], wj[2, x], wj[3, x] = _split(e_draft[x], e_rest[x], fd[x], fa[x],
@@ -762,6 +780,8 @@ def _account(a, n, dt, draft, verify, flops, nbytes, phase, dflops, dbytes, fd, 
     for w in range(4):
         Fo[o + 4 + w] = _sum(ws[w], 0, n)
         Fo[o + 8 + w] = _sum(wj[w], 0, n)
+    for w in range(16):
+        Fo[o + 12 + w] = _sum(ps[w], 0, n)
 
 
 @jit
@@ -770,12 +790,12 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
             prefill0,
             generated, accepted, bonus, drafted, tsteps, kv_len, blocks, last_delivery,
             first_token, finish,
-            overlap, devices, peak_flops, hbm_bw, power_idle, power_max,
+            overlap, devices, peak_flops, hbm_bw, power,
             hist, cls_idx, use_hist, buf, row0, record, wid, reason, start,
             chunked, pre, firsts, counted):
     """``Kernel.commit`` of steps [a, b) with ``Ledger.add``: updates the table in place and
     returns what the Python side hands on, packed (each array crossing back into Python
-    costs a microsecond or so): Fo = (cu (n), mu (n), ledger sums (12), the ITL gaps in
+    costs a microsecond or so): Fo = (cu (n), mu (n), ledger sums (LEDGER_SUMS), the ITL gaps in
     the order ``Kernel.commit`` adds them (ng)); Io = the finished rows (nf); ng, nf; KV
     blocks held before and after; the peak during. With ``record``, the iteration log's
     ITER_COLUMNS of the n steps go into ``buf`` from row ``row0``
@@ -796,8 +816,8 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
         for i in range(B):
             if emit[s, i] > 0 and not (chunked and pre[s, i] and firsts[s, i]):
                 ng += 1
-    Fo = np.empty(2 * n + 12 + ng)
-    j = 2 * n + 12
+    Fo = np.empty(2 * n + LEDGER_SUMS + ng)
+    j = 2 * n + LEDGER_SUMS
     for i in range(B):
         first = firsts[a, i] if chunked else (a == 0 and first0[i])
         if emit[a, i] > 0 and not first:
@@ -906,7 +926,7 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
         fr[x] = np.float64(dec)
         phase[x] = 0.0 if overlap else draft[a + x]
     _account(a, n, dt, draft, verify, flops, nbytes, phase, dflops, dbytes, fd, fa, fr,
-             pf_tokens, tokens, devices, peak_flops, hbm_bw, power_idle, power_max, Fo)
+             pf_tokens, tokens, devices, peak_flops, hbm_bw, power, Fo)
     if record:  # the iteration log's columns, by name (iteration_log.ITER_COLUMNS)
         for x in range(n):
             s = a + x

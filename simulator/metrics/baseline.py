@@ -33,6 +33,23 @@ def _ratio(base: float | None, spec: float | None) -> float | None:
     return base / spec
 
 
+def _phases(spec: dict[str, Any], base: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per energy phase (summary.energy_by_phase): watts per device and joules per output
+    token, with speculation and without."""
+    sp = (spec.get("energy") or {}).get("phases") or {}
+    bp = (base.get("energy") or {}).get("phases") or {}
+
+    def per_token(m: dict[str, Any], ph: dict[str, Any]) -> float | None:
+        out = m.get("output_tokens")
+        return ph["energy_j"] / out if out and ph.get("energy_j") is not None else None
+
+    return {name: {"speculative_w": (sp.get(name) or {}).get("average_power_w"),
+                   "baseline_w": (bp.get(name) or {}).get("average_power_w"),
+                   "speculative_j_per_token": per_token(spec, sp.get(name) or {}),
+                   "baseline_j_per_token": per_token(base, bp.get(name) or {})}
+            for name in dict.fromkeys([*bp, *sp])}
+
+
 def compare(spec_metrics: dict[str, Any], spec_requests: pd.DataFrame,
             base_metrics: dict[str, Any], base_requests: pd.DataFrame) -> dict[str, Any]:
     """The ``baseline`` section of metrics.json."""
@@ -63,5 +80,6 @@ def compare(spec_metrics: dict[str, Any], spec_requests: pd.DataFrame,
         "average_power_w"), "baseline": (base_metrics.get("fleet") or {}).get("average_power_w")}
     return {"scenario_change": "speculation.method=none (same trace and seed)",
             "per_class": per_class, "run": run, "fleet": fleet,
+            "energy_phases": _phases(spec_metrics, base_metrics),
             "note": "ratios are baseline / speculative for times, energy and cost and "
                     "speculative / baseline for throughput: above 1 means speculation helped"}

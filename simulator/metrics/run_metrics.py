@@ -84,6 +84,33 @@ class Fleet(_Devices):
     average_power_w: float | None = None
 
 
+class PhaseEnergy(_Block):
+    """One ``energy.phases`` entry (``summary.energy_by_phase``): a phase's device-seconds,
+    joules, average watts per device, share of the fleet's energy and mean utilisations."""
+
+    device_seconds: float | None = None
+    energy_j: float | None = None
+    average_power_w: float | None = None
+    energy_fraction: float | None = None
+    compute_util: float | None = None
+    memory_util: float | None = None
+
+
+class PowerModel(_Block):
+    """``energy.power_model``: the power rule and, per accelerator, its curve and source."""
+
+    rule: str | None = None
+    accelerators: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+class Energy(_Block):
+    """``energy``: where the fleet's energy went by phase (draft, verify, prefill, host,
+    idle; they add up to ``fleet.energy_j``) and the power model that priced it."""
+
+    phases: dict[str, PhaseEnergy] = Field(default_factory=dict)
+    power_model: PowerModel = Field(default_factory=PowerModel)
+
+
 class SpeculativeKv(_Block):
     allocated: int | None = None
     freed_rejected: int | None = None
@@ -258,6 +285,16 @@ class BaselineFleet(_Block):
     price_date: str | None = None
 
 
+class PhasePair(_Block):
+    """``baseline.energy_phases.<phase>``: watts per device and joules per output token
+    of one energy phase, with speculation and without (metrics/baseline._phases)."""
+
+    speculative_w: float | None = None
+    baseline_w: float | None = None
+    speculative_j_per_token: float | None = None
+    baseline_j_per_token: float | None = None
+
+
 class Baseline(_Block):
     """``baseline`` (``specsim run --baseline``; metrics/baseline.compare): per class and
     for the run, the figures with speculation and without."""
@@ -266,6 +303,7 @@ class Baseline(_Block):
     per_class: dict[str, ClassComparison] = Field(default_factory=dict)  # "all" first
     run: BaselineRun = Field(default_factory=BaselineRun)
     fleet: BaselineFleet = Field(default_factory=BaselineFleet)
+    energy_phases: dict[str, PhasePair] = Field(default_factory=dict)
     note: str | None = None
 
 
@@ -308,6 +346,7 @@ class RunMetrics(_Block):
     cost_usd_per_million_output_tokens: float | None = None
     energy_j_per_output_token: float | None = None
     fleet: Fleet = Field(default_factory=Fleet)
+    energy: Energy = Field(default_factory=Energy)
     model: str | None = None
     speculation: Speculation = Field(default_factory=Speculation)
     simulated_time_s: float | None = None

@@ -150,6 +150,7 @@ def summarise(sim: Any, wall_s: float) -> dict[str, Any]:
         "cost_usd_per_million_output_tokens": cost / out_tokens * 1e6 if out_tokens else None,
         "energy_j_per_output_token": energy / out_tokens if out_tokens else None,
         "fleet": fl,
+        "energy": energy_by_phase(fleet, now),
         "model": d.model.name,
         "speculation": {"method": d.method, "k": sc.speculation.k,
                         "policy": d.controller.name, "drafter": d.drafter.describe(),
@@ -180,6 +181,48 @@ def summarise(sim: Any, wall_s: float) -> dict[str, Any]:
     for h in sim.handoffs:  # PD: each pool, the link's numbers
         out["disaggregation"] = {"pools": pools, **h.metrics(now)}
     return out
+
+
+#: the power rule every phase is drawn on (``kernel_jit._util``, cost_models/data/power.yaml)
+POWER_RULE = ("P = idle + (max - idle) x min(1, host + compute x u_compute + memory x "
+              "u_memory), each utilisation over the phase's own seconds")
+
+
+def energy_by_phase(fleet: Any, now: float) -> dict[str, Any]:
+    """metrics.json's ``energy``: per phase (``ledger.PHASES``, then ``idle``: devices with
+    nothing in flight, at idle power) device-seconds, joules, average watts per device,
+    share of the fleet's energy and mean utilisations (device-weighted); the phases add up
+    to ``fleet.energy_j``. ``power_model``: the rule and each pool's curve with its
+    source."""
+    from specsim.simulator.execution.ledger import PHASES
+
+    acc = {p: [0.0, 0.0, 0.0, 0.0] for p in (*PHASES, "idle")}  # dev-s, J, F/peak, B/bw
+    curves: dict[str, Any] = {}
+    for pool in fleet.pools:
+        d, workers = pool.deployment, pool.workers
+        for w in workers:
+            led = w.ledger
+            for p in PHASES:
+                a = acc[p]
+                a[0] += led.phase_s[p] * led.devices
+                a[1] += led.phase_j[p]
+                a[2] += led.phase_flops[p] / led.peak_flops * led.devices
+                a[3] += led.phase_bytes[p] / led.hbm_bw * led.devices
+            c = led.curve
+            curves[d.hw.name] = {"curve": c.accelerator, "host": c.host, "compute": c.compute,
+                                 "memory": c.memory, "power_idle_w": d.power_idle,
+                                 "power_max_w": d.power_max, "source": c.source}
+        idle_s = max(len(workers) * now - sum(w.ledger.busy_s for w in workers), 0.0) * d.tp
+        acc["idle"][0] += idle_s
+        acc["idle"][1] += idle_s * d.power_idle
+    total = sum(a[1] for a in acc.values())
+    phases = {p: {"device_seconds": a[0], "energy_j": a[1],
+                  "average_power_w": a[1] / a[0] if a[0] else None,
+                  "energy_fraction": a[1] / total if total else 0.0,
+                  "compute_util": a[2] / a[0] if a[0] else None,
+                  "memory_util": a[3] / a[0] if a[0] else None}
+              for p, a in acc.items()}
+    return {"phases": phases, "power_model": {"rule": POWER_RULE, "accelerators": curves}}
 
 
 def slo_by_tier(t: Any, slo: Any, arrived: np.ndarray, done: np.ndarray, ttft: np.ndarray,

@@ -405,24 +405,53 @@ def _cost_section(v: _View) -> str:
         measured.append(f"price {_num(price)} USD/device-hour (set in the scenario)")
     if cost_sc.get("power_idle_w") is None or cost_sc.get("power_max_w") is None:
         assumed.append(f"device power idle/max {_num(fleet.power_idle_w)}/"
-                       f"{_num(fleet.power_max_w)} W (catalog: max is board power, idle is assumed; linear in "
-                       "utilization)")
+                       f"{_num(fleet.power_max_w)} W (catalog: max is board power, idle is "
+                       "assumed)")
     else:
         measured.append("device power (set in the scenario)")
+
     if _or(m.calibration, UNCALIBRATED) == UNCALIBRATED:
         assumed.append("compute/memory efficiencies and launch overheads (uncalibrated default)")
     else:
         measured.append(f"efficiencies and overheads (calibration {m.calibration})")
     out = [tab, "",
            f"Prices as of **{date}**. Cost = devices x USD/device-hour x simulated hours / "
-           "output tokens (idle time included); energy integrates P_idle + (P_max - P_idle) x "
-           "utilization over simulated time, idle devices included."]
+           "output tokens (idle time included); energy integrates each phase's power over "
+           "simulated time, idle devices included. Power model: "
+           f"{m.energy.power_model.rule or 'not recorded'} (cost_models/data/power.yaml)."]
+    ph = _phase_table(m)
+    if ph:
+        out += ["", "**Energy by phase:**", "", ph]
+    out += [f"\nPower curve of {name}: host {_num(c.get('host'))}, compute "
+            f"{_num(c.get('compute'))}, memory {_num(c.get('memory'))} ({c.get('source')})."
+            for name, c in m.energy.power_model.accelerators.items()]
     out += ["", "**Assumed defaults:** " + ("; ".join(assumed) if assumed else "none") + "."]
     if measured:
         out += ["", "From the scenario or a calibration: " + "; ".join(measured) + "."]
     if _or(m.calibration, UNCALIBRATED) == UNCALIBRATED:
         out += ["", f"**{UNCALIBRATED_LINE}.**"]
     return "\n".join(out)
+
+
+#: the energy phases in the order the tables show them (ledger.PHASES, then the fleet's idle)
+PHASE_LABELS = {"draft": "draft (drafter passes, speculation bookkeeping)",
+                "verify": "verify (target pass over decoding rows)",
+                "prefill": "prefill (target pass over prompt tokens)",
+                "host": "host (engine bookkeeping, GPU waits)",
+                "idle": "idle (nothing in flight)"}
+
+
+def _phase_table(m: RunMetrics) -> str | None:
+    """Where the run's energy went by phase: device-seconds, joules, watts per device and
+    the phase's mean utilisations (``metrics.json`` ``energy.phases``)."""
+    phases = m.energy.phases
+    if not phases:
+        return None
+    rows = [[PHASE_LABELS.get(p, p), _num(e.device_seconds), _num(e.energy_j),
+             _pct(e.energy_fraction), _num(e.average_power_w), _num(e.compute_util),
+             _num(e.memory_util)] for p, e in phases.items() if e.device_seconds]
+    return _md_table(["phase", "device-s", "energy (J)", "share", "W per device",
+                      "compute util", "memory util"], rows, "lrrrrrr")
 
 
 # ---------------------------------------------------------------------------- plotting helpers
@@ -922,10 +951,17 @@ def _baseline_section(v: _View) -> str | None:
                     ["energy per day (kWh)", _num(e.baseline * volume / 3.6e6),
                      _num(e.speculative * volume / 3.6e6)],
                     ["average fleet power in the run (W)", _num(p.baseline),
-                     _num(p.speculative)]], "lrr"), "",
-                "Energy per token includes idle devices over the run (device power from the "
-                "catalog or the scenario, linear in utilisation; the draft phase at its own "
-                "utilisation)."]
+                     _num(p.speculative)],
+                    *([f"{PHASE_LABELS.get(name, name)}: W per device", _num(q.baseline_w),
+                       _num(q.speculative_w)] for name, q in b.energy_phases.items()),
+                    *([f"{PHASE_LABELS.get(name, name)}: J per output token",
+                       _num(q.baseline_j_per_token), _num(q.speculative_j_per_token)]
+                      for name, q in b.energy_phases.items())], "lrr"), "",
+                "Energy per token includes idle devices over the run. Every phase is drawn "
+                "on one power curve of its utilisation (the same for both runs: a verify pass "
+                "and a plain decode pass at the same utilisation draw the same power); "
+                f"{v.m.energy.power_model.rule or 'power model not recorded'} "
+                "(cost_models/data/power.yaml, its sources under Cost and energy above)."]
     return "\n".join(out)
 
 
