@@ -268,11 +268,11 @@ class DayPlanner:
         start = p.scale_up_delay_s + b.load_s(b.weight_bytes) + p.warmup_s
         if ca == cb:
             added = max(nb - na, 0)
-            return added * start, (f"+{added} replica(s)" if added else "")
+            return added * start, (f"scale up by {added}" if added else "")
         if a.identity == b.identity:
             kept, added = min(na, nb), max(nb - na, 0)
             return (kept * (b.load_s(b.drafter_bytes) + p.warmup_s) + added * start,
-                    "reconfigure in place" + (f", +{added} replica(s)" if added else ""))
+                    "reconfigure in place" + (f", scale up by {added}" if added else ""))
         return nb * start, "new fleet"
 
     # ---------------------------------------------------------------- rules 2 and 3

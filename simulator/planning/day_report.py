@@ -141,11 +141,15 @@ def day_png(plan: DayPlan, path: Path) -> None:
         bad = df[~df["slo_ok"].astype(bool)]
         for _, r in bad.iterrows():
             axes[1].axvspan(r["start_h"], r["end_h"], color="tab:red", alpha=0.15)
+    fixed = df[df["replicas_added"] > 0] if "replicas_added" in df else df.iloc[:0]
+    if len(fixed):
+        axes[1].plot((fixed["start_h"] + fixed["end_h"]) / 2, fixed["devices"], "x",
+                     color="tab:orange", label="replica(s) added by the replay")
     axes[1].set_ylabel("devices (GPUs)")
     axes[1].set_ylim(0, max(df["devices"].max(), df.get("static_devices", df["devices"]).max())
                      * 1.25 + 0.5)
     axes[1].yaxis.set_major_locator(MaxNLocator(integer=True))
-    axes[1].legend(loc="upper left", fontsize=8, ncols=2)
+    axes[1].legend(loc="upper left", fontsize=8, ncols=3)
     used = sorted({w.config for w in plan.windows})
     pos = {c: j for j, c in enumerate(used)}
     axes[2].step(x, [pos[w.config] for w in plan.windows] + [pos[plan.windows[-1].config]],
@@ -154,7 +158,7 @@ def day_png(plan: DayPlan, path: Path) -> None:
     axes[2].set_yticklabels([config_text(plan.configs[c])[:40] for c in used], fontsize=7)
     axes[2].set_ylim(-0.5, len(used) - 0.5)
     axes[2].set_ylabel("configuration")
-    axes[2].set_xlabel("time of day (h)")
+    axes[2].set_xlabel("time from the curve's start (h)")
     for ax in axes:
         ax.grid(alpha=0.3)
     fig.tight_layout()
