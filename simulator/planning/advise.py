@@ -2,7 +2,8 @@
 sure is that.
 
 For a scenario and a space of speculation choices (default: no speculation against the
-scenario's drafter at k = 2, 4, 6 and the scenario's own k), per workload class:
+scenario's drafter at k = 2, 4, 6 and the scenario's own k, static; a scenario whose policy
+picks k per row is also a candidate as given), per workload class:
 
 1. **Choice.** Every candidate runs once on the same trace and seed (common random
    numbers); a class's gain of a candidate is its mean TPOT without speculation over its
@@ -67,7 +68,12 @@ def default_space(sc: Any) -> list[dict[str, Any]]:
         raise ScenarioError("speculation.method: none, so advise has no drafter to try: give "
                             "--space with speculation.method (and k) values")
     ks = sorted({*DEFAULT_KS, int(sc.speculation.k)} - {0})
-    return [dict(NONE)] + [{"speculation.method": method, "speculation.k": k} for k in ks]
+    if sc.speculation.policy == "static":
+        return [dict(NONE)] + [{"speculation.method": method, "speculation.k": k} for k in ks]
+    # a policy that picks k per row: the scenario as given, against static k values
+    return [dict(NONE), {}] + [{"speculation.method": method, "speculation.policy": "static",
+                                "speculation.policy_params": None, "speculation.k": k}
+                               for k in ks]
 
 
 def space_candidates(space: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -87,7 +93,10 @@ def _is_none(cfg: dict[str, Any]) -> bool:
 def label(cfg: dict[str, Any]) -> str:
     if _is_none(cfg):
         return "no speculation"
-    return ", ".join(f"{k.removeprefix('speculation.')}={v}" for k, v in cfg.items())
+    if not cfg:
+        return "the scenario as given"
+    return ", ".join(f"{k.removeprefix('speculation.')}={v}" for k, v in cfg.items()
+                     if v is not None)
 
 
 # ------------------------------------------------------------------ per-class figures
@@ -161,6 +170,10 @@ def engine_flags(cfg: dict[str, Any], sc: Any) -> dict[str, Any]:
     info = DRAFTERS.info(method)
     drafter = cfg.get("speculation.drafter", sc.speculation.drafter)
     out: dict[str, Any] = {}
+    policy = cfg.get("speculation.policy", sc.speculation.policy)
+    if policy != "static":
+        out["note"] = (f"specsim's {policy} policy picks k per row up to {k}: the flags give "
+                       "k; the engine's own dynamic speculation, if any, is configured apart")
     if info.vllm:
         name = method if method in info.vllm else info.vllm[0]
         conf: dict[str, Any] = {"method": name, "num_speculative_tokens": k}
@@ -286,7 +299,8 @@ def advise(scenario: str | Path, *, space: dict[str, list[Any]] | None = None,
             try:
                 runs[label(c)] = model.run(c)
             except USER_ERRORS as exc:
-                raise ScenarioError(f"--space {label(c)}: {exc}") from None
+                where = "--space " if space else "candidate "
+                raise ScenarioError(f"{where}{label(c)}: {exc}") from None
         base = runs[label(next(c for c in cands if _is_none(c)))]
         spec_cands = [c for c in cands if not _is_none(c)]
         if not spec_cands:
