@@ -562,8 +562,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "without --baseline) or of `specsim sweep`")
     rep.add_argument("--seed-tables", nargs="+", metavar="DIR",
                      help="BASELINE_DIR SPEC_DIR [SPEC_DIR ...]: run folders of one scenario, "
-                     "without speculation then with: print the cost and energy tables per "
-                     "configuration (Markdown)")
+                     "without speculation then with (or one `specsim run --baseline` "
+                     "folder): print the cost and energy tables per configuration (Markdown)")
     rep.add_argument("--out", metavar="DIR", help="with --seed-tables: also write "
                      "seed_tables.md, seed_cost.csv and seed_energy.csv into DIR")
     rep.add_argument("--force", action="store_true", help="replace a previous --out folder")

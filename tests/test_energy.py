@@ -164,7 +164,8 @@ def runs(tmp_path_factory):
     small = ["--set", "workload.synthetic.requests=40", "--quiet", "--no-report"]
     for name, sc, extra in (("base", NOSPEC, []), ("spec", CHAT, []),
                             ("k2", CHAT, ["--set", "speculation.k=2"]),
-                            ("two", CHAT, ["--set", "hardware.count=2"])):
+                            ("two", CHAT, ["--set", "hardware.count=2"]),
+                            ("pair", CHAT, ["--baseline"])):
         assert main(["run", str(sc), "--out", str(d / name), *small, *extra]) == 0
     return d
 
@@ -202,11 +203,32 @@ def test_seed_tables_cost_and_energy_per_configuration(runs, capsys):
         assert int(row["devices"]) == 1
 
 
+def test_seed_tables_of_a_baseline_folder_are_those_of_its_two_runs(runs):
+    """``specsim run --baseline`` holds both runs: its tables are the two folders' (the
+    baseline twin is chat.yaml with speculation off, i.e. chat_nospec.yaml)."""
+    from specsim.simulator.report.seed_tables import from_baseline_run, load, rows
+
+    one = rows(from_baseline_run(runs / "pair"))
+    two = rows([load(runs / "base"), load(runs / "spec")])
+    for t1, t2 in zip(one, two, strict=True):
+        for r1, r2 in zip(t1, t2, strict=True):
+            r1.pop("folder"), r2.pop("folder")
+            assert r1.keys() == r2.keys()
+            for k in r1:
+                if isinstance(r1[k], float):
+                    assert r1[k] == pytest.approx(r2[k], rel=1e-12), k
+                elif not k.endswith("energy_fraction"):  # None where the phase never ran
+                    assert r1[k] == r2[k], k
+    assert main(["report", "--seed-tables", str(runs / "pair")]) == 0
+
+
 @pytest.mark.parametrize("args, says", [
     (["spec", "base"], "the baseline (first folder) speculates"),
     (["base", "base"], "does not speculate"),
     (["base"], "at least one speculative run folder"),
     (["base", "two"], "differs from the baseline's at 'hardware.count'"),
+    (["base", "pair"], "not a sweep or a --baseline run"),
+    (["spec"], "or one `specsim run --baseline` folder"),
     (["base", "nowhere"], "not a folder"),
 ])
 def test_seed_tables_refuse_bad_input_in_one_line(runs, capsys, args, says):

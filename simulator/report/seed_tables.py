@@ -1,6 +1,7 @@
 """``specsim report --seed-tables BASELINE_DIR SPEC_DIR [SPEC_DIR ...]``: the two tables a
 speculation decision rests on, from run folders of one scenario, the first without
-speculation and each other with it (as ``specsim run --out`` writes them):
+speculation and each other with it (as ``specsim run --out`` writes them), or from one
+``specsim run --baseline`` folder (the run and its twin without speculation):
 
 - cost per configuration: devices, output throughput, $/M output tokens and the gains over
   the baseline;
@@ -28,7 +29,7 @@ from specsim.errors import ScenarioError
 from specsim.simulator.execution.ledger import PHASES
 from specsim.simulator.metrics.run_metrics import RunMetrics
 from specsim.simulator.report.report import _md_table, _num
-from specsim.simulator.report.rerender import RUN, detect
+from specsim.simulator.report.rerender import BASELINE, RUN, detect
 
 #: what may differ between the runs of one seed table
 FREE_KEYS = ("speculation", "name", "description", "simulation")
@@ -69,6 +70,36 @@ def load(folder: str | Path) -> Run:
     if not isinstance(scenario, dict):
         raise ScenarioError(f"{sc_path}: expected a JSON object")
     return Run(folder, RunMetrics.from_summary(metrics, f"{folder}/metrics.json"), scenario)
+
+
+def from_baseline_run(folder: str | Path) -> list[Run]:
+    """A ``specsim run --baseline`` folder as the two runs of a seed table: its speculative
+    run, and the run without speculation from its ``baseline`` block (the same trace, seed
+    and fleet, by construction)."""
+    folder = Path(folder)
+    metrics = safe_read.load_json(folder / "metrics.json", "a run's metrics")
+    spec = RunMetrics.from_summary(metrics, f"{folder}/metrics.json")
+    b, f = spec.baseline, spec.fleet
+    if b is None or not b.energy_phases:
+        raise ScenarioError(f"{folder}: its baseline block has no energy phases (written by "
+                            "an older specsim); run it again with --baseline")
+    r, e = b.run, b.run.energy_j_per_output_token.baseline
+    base = RunMetrics.from_summary({
+        "scenario": spec.scenario, "speculation": {"method": "none"},
+        "throughput_output_tokens_per_s": r.throughput_output_tokens_per_s.baseline,
+        "energy_j_per_output_token": e,
+        "cost_usd_per_million_output_tokens": r.cost_usd_per_million_output_tokens.baseline,
+        "fleet": {"devices": f.devices, "accelerator": f.accelerator,
+                  "price_usd_per_device_hour": f.price_usd_per_device_hour,
+                  "price_date": f.price_date, "average_power_w": r.average_power_w.baseline},
+        "energy": {"phases": {p: {"average_power_w": q.baseline_w,
+                                  "energy_fraction": (q.baseline_j_per_token / e
+                                                      if q.baseline_j_per_token is not None
+                                                      and e else None)}
+                              for p, q in b.energy_phases.items()},
+                   "power_model": spec.energy.power_model.model_dump()}},
+        f"{folder}/metrics.json baseline")
+    return [Run(folder, base, {}), Run(folder, spec, {})]
 
 
 def _first_difference(a: Any, b: Any, path: str) -> str | None:
@@ -169,9 +200,9 @@ def markdown(runs: list[Run]) -> str:
                      _num(e["average_power_w"]),
                      *(_num(e[f"{p}_power_w"]) for p in ALL_PHASES)] for e in energy],
                    "l" + "r" * (4 + len(ALL_PHASES)))
-    sc = runs[0].scenario
+    name = runs[-1].m.scenario or runs[0].scenario.get("name", "scenario")
     return "\n".join([
-        f"# Seed tables: {runs[0].m.scenario or sc.get('name', 'scenario')}", "",
+        f"# Seed tables: {name}", "",
         "## Cost per configuration", "", t1, "",
         f"Price {_num(price['price_usd_per_device_hour'])} USD/device-hour "
         f"({price['price_date'] or 'undated'}); cost = devices x price x simulated hours / "
@@ -198,15 +229,20 @@ def _csv(table: list[dict[str, Any]]) -> str:
 def seed_tables(folders: list[str], out: str | None = None, force: bool = False) -> str:
     """Read, check and tabulate the runs; write them into ``out`` when given. Returns the
     Markdown."""
-    if len(folders) < 2:
+    pair = len(folders) == 1 and detect(folders[0]) == BASELINE
+    if len(folders) < 2 and not pair:
         raise ScenarioError("--seed-tables: expected a baseline run folder and at least one "
-                            f"speculative run folder, got {len(folders)} folder(s)")
+                            "speculative run folder, or one `specsim run --baseline` folder, "
+                            f"got {len(folders)} folder(s)")
     if out is not None:  # a place we may not write is refused before any reading
         from specsim.outputs import check_folder
 
         check_folder(out, force)
-    runs = [load(f) for f in folders]
-    check(runs)
+    if pair:
+        runs = from_baseline_run(folders[0])
+    else:
+        runs = [load(f) for f in folders]
+        check(runs)
     text = markdown(runs)
     if out is not None:
         from specsim.outputs import write_folder
