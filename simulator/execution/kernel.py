@@ -463,6 +463,3 @@ _NO_BUF = np.zeros((1, len(ITER_COLUMNS)))  # unrecorded: the iteration rows' st
 # a plug-in ledger without the built-in's power curve: it accounts its steps itself
 _NO_POWER = np.zeros(5)
 _NO_POWER.flags.writeable = False
-# a plug-in ledger without the built-in's power curve: it accounts its steps itself
-_NO_POWER = np.zeros(5)
-_NO_POWER.flags.writeable = False
