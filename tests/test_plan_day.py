@@ -10,8 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from specsim.errors import ScenarioError
 from specsim.simulator.cli import main
-from specsim.simulator.planning.day import DayPlanner, Shape, SwitchParams, totals, window_mixes
+from specsim.simulator.planning.day import (
+    DayPlanner,
+    Shape,
+    SwitchParams,
+    totals,
+    window_mixes,
+    windows_frame,
+)
 from specsim.simulator.planning.plan import Planner
 from specsim.traces.arrivals import parse_arrivals
 from specsim.traces.diurnal import ALL, curve_from_trace, parse_curve, read_day
@@ -173,16 +181,36 @@ def test_switch_costs_are_the_closed_form():
         3 * (100.0 + 20e9 / 25e9 + 30.0))  # other hardware: a new fleet
 
 
-def test_a_curve_per_class_plans_each_mix():
+def test_a_curve_per_class_plans_each_mix_with_a_speculation_choice_per_class():
     curve = parse_curve({"classes": {"chat": [10.0, 10.0], "code": [0.0, 10.0]},
                          "period_s": 7200}, "c.yaml")
     planner = DayPlanner(CHAT, SLOS, curve, 3600.0, **SMALL)
-    plan = planner.plan([{}])
-    assert sorted(k for _, k in plan.capacity) == sorted(
-        [(("chat", 1.0),), (("chat", 0.5), ("code", 0.5))])
+    no_code_drafts = {"speculation.per_class": {"code": {"method": "none"}}}
+    plan = planner.plan([{}, no_code_drafts])
+    chat, half = (("chat", 1.0),), (("chat", 0.5), ("code", 0.5))
+    assert sorted(plan.capacity) == sorted([(0, chat), (0, half), (1, chat), (1, half)])
+    # without code traffic, code's own choice changes nothing
+    assert plan.capacity[(0, chat)].replica_rate == plan.capacity[(1, chat)].replica_rate
     planner.replay(plan)
     assert all(w.replay.ok for w in plan.windows)
     assert plan.windows[1].mix == {"chat": 0.5, "code": 0.5}
+
+
+def test_a_window_without_traffic_keeps_one_idle_replica():
+    planner = _day([0.0, 20.0])
+    plan = planner.plan(SPACE[:1])
+    planner.replay(plan)
+    w = plan.windows[0]
+    assert w.replicas == 1 and w.replay.ok and w.replay.requests == 0
+    df = windows_frame(plan)
+    idle_kwh = plan.shapes[w.config].idle_w_per_device * 1.0 / 1000  # one device, one hour
+    assert df["kwh"][0] == pytest.approx(idle_kwh, rel=1e-12)
+
+
+def test_a_pd_split_is_refused_per_window():
+    with pytest.raises(ScenarioError, match="PD splits"):
+        _day([5.0, 10.0]).plan([{"disaggregation": {"prefill": {"count": 1},
+                                                    "decode": {"count": 1}}}])
 
 
 # ------------------------------------------------------------------- the command

@@ -57,7 +57,7 @@ import numpy as np
 
 from specsim.errors import ScenarioError
 from specsim.simulator.metrics.run_metrics import RunMetrics
-from specsim.simulator.planning.day_cli import SCALE_UP_DELAY_S, WARMUP_S
+from specsim.simulator.planning.day_defaults import SCALE_UP_DELAY_S, WARMUP_S
 from specsim.simulator.planning.plan import (
     RATE_KEY,
     REQUESTS_KEY,
@@ -243,15 +243,21 @@ class DayPlanner:
                     progress(done, total)
         return out
 
+    def _refuse_pd(self, configs: list[dict[str, Any]]) -> None:
+        """A PD split is not planned per window yet: refused before any probe."""
+        from specsim.simulator.api import load_scenario
+
+        for c in configs:
+            if load_scenario(self.base, c)[0].disaggregation is not None:
+                raise ScenarioError("plan --day: PD splits (disaggregation) are not planned per "
+                                    "window yet; plan them with specsim plan --qps")
+
     def shape(self, config: dict[str, Any], row: PlanRow) -> Shape:
         """Rule 2's inputs, read from the configuration's deployment and its planner row."""
         from specsim.simulator.api import load_scenario
         from specsim.simulator.cluster.deployment import Deployment
 
         sc, base, _ = load_scenario(self.base, config)
-        if sc.disaggregation is not None:
-            raise ScenarioError("plan --day: PD splits (disaggregation) are not planned per "
-                                "window yet; plan them with specsim plan --qps")
         d = Deployment(sc, base)
         host = (self.params.host_gb_s * 1e9 if self.params.host_gb_s
                 else float(d.hw.host_link_bw or 0.0))
@@ -280,6 +286,7 @@ class DayPlanner:
         from specsim.simulator.execution.kernel import prefer_compiled
 
         prefer_compiled()  # many probes: the compile pays for itself
+        self._refuse_pd(configs)
         cap = self.capacities(configs, progress)
         order = [i for i in self._rank_order(configs, cap)  # those that can be built
                  if any(r.feasible for k, r in cap.items() if k[0] == i)]
@@ -521,13 +528,15 @@ def _replay_cols(prefix: str, w: Window, sh: Shape) -> dict[str, Any]:
         return {}
     out = {f"{prefix}replay_{k}_s": v for k, v in r.stats.items()}
     switch_j = w.switch_s * sh.devices * sh.idle_w_per_device if not prefix else 0.0
+    power = r.average_power_w if math.isfinite(r.average_power_w) else (  # no traffic: idle
+        w.replicas * sh.devices * sh.idle_w_per_device)
     first = w.first or r
     out.update({f"{prefix}slo_ok": r.ok, f"{prefix}slo_minutes": 0.0 if r.ok else w.hours * 60,
                 f"{prefix}why": r.why, f"{prefix}replicas_added": w.added,
                 f"{prefix}slo_minutes_as_planned": 0.0 if first.ok else w.hours * 60,
                 f"{prefix}why_as_planned": first.why,
                 f"{prefix}per_replica_rate": r.per_replica_rate,
-                f"{prefix}kwh": (r.average_power_w * w.hours * 3600 + switch_j) / 3.6e6})
+                f"{prefix}kwh": (power * w.hours * 3600 + switch_j) / 3.6e6})
     return out
 
 
