@@ -116,3 +116,18 @@ def test_bad_input_is_one_line_exit_2(args, needle, tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and needle in err, err
     assert not out.exists()
+
+
+def test_decision_band_and_break_even_for_one_choice():
+    """advise.decision (the notebooks' 'how sure is this best k'): the band brackets the
+    median, the top input is the class's tau, and its break-even flips the choice."""
+    from specsim.simulator.planning import sensitivity as sens
+
+    with sens.Model(PAYS, output="tpot_p50", requests=40) as m:
+        d = adv.decision(m, draws=4, top=1)
+    assert d.band[0] <= d.band[1] <= d.band[2] and d.band[0] > 1.0
+    (f,) = d.flips
+    assert f["input"] == "tau.code" and f["break_even"] is not None
+    assert not f["within_band"] and "outside its band" in d.text()
+    with sens.Model(PAYS, output="tpot_p50", requests=40) as fresh:
+        assert abs(fresh.evaluate({"tau.code": f["break_even"]}) - 1.0) < 0.03

@@ -517,3 +517,61 @@ def _per_class_yaml(chosen: dict[str, dict[str, Any] | None], sc: Any) -> dict[s
             per[cls] = {k.removeprefix("speculation."): v for k, v in c.items()}
     return {"method": top.get("speculation.method", sc.speculation.method), "k": k_top,
             "per_class": per}
+
+
+# ------------------------------------------------------------------ one decision, for notebooks
+
+
+@dataclass
+class Decision:
+    """One choice against its alternative: the gain, its P10-P50-P90 band and the inputs
+    whose break-even would flip it (the largest swings first)."""
+
+    gain: float
+    band: tuple[float, float, float]
+    flips: list[dict[str, Any]]
+    draws: int
+
+    def text(self) -> str:
+        """``1.52x (P10-P90 1.38-1.66); flips at tau.chat = 1.61 (outside its band)``."""
+        head = f"{self.gain:.2f}x (P10-P90 {self.band[0]:.2f}-{self.band[2]:.2f})"
+        parts = []
+        for f in self.flips:
+            if f["break_even"] is None:
+                parts.append(f"{f['input']}: no flip in its range")
+            else:
+                where = "inside" if f["within_band"] else "outside"
+                parts.append(f"{f['input']} = {f['shown']} ({where} its band)")
+        return head + ("; break-even: " + ", ".join(parts) if parts else "")
+
+
+#: inputs that cannot move a latency (they price or power the same steps)
+_COST_ONLY = ("price_usd_per_hour", "power_max_w")
+
+
+def decision(model: Any, draws: int = DRAWS, top: int = 2) -> Decision:
+    """The model's gain (its scenario over its ``versus``) with a band over ``draws`` seeds
+    and stratified tau draws (rule 2), and the break-evens of the ``top`` inputs of its
+    tornado (rule 4); price and power are left out of a latency's tornado."""
+    from specsim.simulator.planning import sensitivity as sens
+
+    if not model.is_gain:
+        raise ScenarioError("decision: the model needs a second choice (versus)")
+    nominal = model.evaluate({})
+    seed = int(model.sc.seed)
+    taus, _ = _tau_draws(model, draws, seed)
+    g = [model.evaluate({f"tau.{c}": float(v[d]) for c, v in taus.items()},
+                        extra={"seed": seed + 1 + d}) for d in range(draws)]
+    p10, p50, p90 = (float(x) for x in np.percentile(np.asarray(g, float), [10, 50, 90]))
+    latency = model.output.startswith(("tpot", "ttft", "e2e"))
+    keep = [i for i in model.inputs if not (latency and i.name in _COST_ONLY)]
+    bars = sorted((sens.Bar(i, model.evaluate({i.name: i.low}), model.evaluate({i.name: i.high}))
+                   for i in keep), key=lambda b: (-b.swing, b.input.name))
+    flips = []
+    for b in bars[:top]:
+        be = sens.break_even(model, b.input)
+        flips.append({"input": b.input.name, "break_even": be.value,
+                      "shown": None if be.value is None else sens.fmt_value(b.input, be.value),
+                      "within_band": be.within_band, "note": be.reason,
+                      "band": (b.input.low, b.input.high)})
+    return Decision(nominal, (p10, p50, p90), flips, draws)

@@ -430,7 +430,8 @@ class Bar:
         return abs(self.at_high - self.at_low)
 
 
-def _fmt(inp: Input, v: float) -> str:
+def fmt_value(inp: Input, v: float) -> str:
+    """A value of an input in its unit (times in ms)."""
     if inp.unit == "s":
         return f"{v * 1e3:.4g} ms"
     return f"{v:.4g} {inp.unit}" if inp.unit in ("W", "tokens/step") else f"{v:.4g}"
@@ -448,12 +449,12 @@ def break_even(model: Model, inp: Input, steps: int = BISECT_STEPS) -> BreakEven
         return BreakEven(None, reason="the output is undefined at an end of the range",
                          runs=model.runs - before)
     if f_lo == f_hi:
-        return BreakEven(None, reason=f"does not move the output from {_fmt(inp, lo)} to "
-                         f"{_fmt(inp, hi)}", runs=model.runs - before)
+        return BreakEven(None, reason=f"does not move the output from {fmt_value(inp, lo)} to "
+                         f"{fmt_value(inp, hi)}", runs=model.runs - before)
     if (f_lo > 0) == (f_hi > 0):
         side = "above" if f_lo > 0 else "below"
         return BreakEven(None, reason=f"the gain stays {side} 1 ({f_lo + 1:.3f} to "
-                         f"{f_hi + 1:.3f}) from {_fmt(inp, lo)} to {_fmt(inp, hi)}",
+                         f"{f_hi + 1:.3f}) from {fmt_value(inp, lo)} to {fmt_value(inp, hi)}",
                          runs=model.runs - before)
     for _ in range(steps):
         if min(abs(f_lo), abs(f_hi)) < BISECT_TOL:
@@ -468,8 +469,8 @@ def break_even(model: Model, inp: Input, steps: int = BISECT_STEPS) -> BreakEven
             hi, f_hi = mid, f_mid
     v, f = (lo, f_lo) if abs(f_lo) <= abs(f_hi) else (hi, f_hi)
     return BreakEven(v, f + 1.0, inp.low <= v <= inp.high,
-                     f"the gain is {f + 1:.4f} at {_fmt(inp, v)} (bracket {_fmt(inp, lo)} to "
-                     f"{_fmt(inp, hi)})", model.runs - before)
+                     f"the gain is {f + 1:.4f} at {fmt_value(inp, v)} (bracket {fmt_value(inp, lo)} to "
+                     f"{fmt_value(inp, hi)})", model.runs - before)
 
 
 def tornado(model: Model, with_break_even: bool = True) -> tuple[float, list[Bar]]:
@@ -589,8 +590,8 @@ def tornado_png(an: Analysis, path: Path, title: str = "") -> None:
         ax.barh(y, hi - an.nominal, left=an.nominal, color="#dd8452", height=0.6,
                 label="input at its high" if y == 0 else None)
     ax.set_yticks(range(len(bars)))
-    ax.set_yticklabels([f"{b.input.name} [{_fmt(b.input, b.input.low)} .. "
-                        f"{_fmt(b.input, b.input.high)}]" for b in bars], fontsize=8)
+    ax.set_yticklabels([f"{b.input.name} [{fmt_value(b.input, b.input.low)} .. "
+                        f"{fmt_value(b.input, b.input.high)}]" for b in bars], fontsize=8)
     ax.axvline(an.nominal, color="black", linewidth=1, label=f"nominal {an.nominal:.4g}")
     if an.is_gain:
         ax.axvline(1.0, color="red", linestyle="--", linewidth=1, label="gain 1 (break-even)")
@@ -616,9 +617,9 @@ def text_table(an: Analysis) -> str:
         elif be.value is None:
             bev = f"none: {be.reason}"
         else:
-            bev = f"{_fmt(i, be.value)}" + (" (inside the band)" if be.within_band else
+            bev = f"{fmt_value(i, be.value)}" + (" (inside the band)" if be.within_band else
                                               " (outside the band)")
-        rows.append(f"| {r} | {i.name} | {_fmt(i, i.nominal)} | {_fmt(i, i.low)} .. "
-                    f"{_fmt(i, i.high)} | {b.at_low:.4g} | {b.at_high:.4g} | {bev} | "
+        rows.append(f"| {r} | {i.name} | {fmt_value(i, i.nominal)} | {fmt_value(i, i.low)} .. "
+                    f"{fmt_value(i, i.high)} | {b.at_low:.4g} | {b.at_high:.4g} | {bev} | "
                     f"{i.source} |")
     return "\n".join(rows)
