@@ -189,6 +189,71 @@ class MoESpec:
 
 
 @dataclass(frozen=True)
+class MLASpec:
+    """Multi-head latent attention's shape (``catalog_schema.MLAEntry``)."""
+
+    kv_lora_rank: int
+    qk_rope_head_dim: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+    q_lora_rank: int = 0
+
+
+@dataclass(frozen=True)
+class LinearAttnSpec:
+    """A Gated DeltaNet layer's shape (``catalog_schema.LinearAttnEntry``)."""
+
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    conv_kernel: int = 4
+    state_bytes_per_element: float | None = None
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the causal conv (q, k and v projections)."""
+        return 2 * self.num_key_heads * self.key_head_dim + self.num_value_heads * self.value_head_dim
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """The layers' attention kinds: ``pattern`` repeated over the model's layers."""
+
+    pattern: tuple[str, ...]
+    window: int | None = None
+    mla: MLASpec | None = None
+    linear: LinearAttnSpec | None = None
+    output_gate: bool = False
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class KVSizes:
+    """What one sequence keeps, per device of a tensor-parallel group (``ModelSpec.kv_sizes``):
+    bytes per token of the layers whose KV grows with context (full attention and MLA), bytes
+    per token of the sliding-window layers (held for at most ``window`` tokens), and bytes of
+    the linear layers' recurrent + conv state (constant, per sequence)."""
+
+    full_per_token: float
+    window_per_token: float
+    window: int
+    state_per_seq: float
+
+    @property
+    def per_token(self) -> float:
+        """KV bytes per cached token, window layers counted in full (a block pool that does
+        not free blocks that slid out of the window)."""
+        return self.full_per_token + self.window_per_token
+
+    def sequence_bytes(self, context: float) -> float:
+        """Bytes one sequence of ``context`` tokens holds: full KV, the window's KV capped at
+        ``window`` tokens, the state once."""
+        w = min(context, self.window) if self.window else 0.0
+        return self.full_per_token * context + self.window_per_token * w + self.state_per_seq
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer's shape: everything the roofline needs."""
 
@@ -209,13 +274,54 @@ class ModelSpec:
     tokenizer: str
     source: str
     notes: str = ""
+    attention: AttentionSpec | None = None  # None: every layer gqa
 
     # --- parameter counts (elements), computed from the shape, not the published total
     @property
     def attn_params_per_layer(self) -> int:
+        """A gqa (or sliding-window) layer's q, k, v, o projections (q doubled when it also
+        emits an output gate)."""
         q_o = 2 * self.hidden_size * self.n_heads * self.head_dim
         k_v = 2 * self.hidden_size * self.n_kv_heads * self.head_dim
-        return q_o + k_v
+        gate = self.hidden_size * self.n_heads * self.head_dim if (
+            self.attention is not None and self.attention.output_gate) else 0
+        return q_o + k_v + gate
+
+    def layers_of(self, kind: str) -> int:
+        """Layers of attention ``kind`` (gqa, mla, sliding_window, linear): the pattern
+        repeated over ``n_layers``."""
+        if self.attention is None:
+            return self.n_layers if kind == "gqa" else 0
+        pat = self.attention.pattern
+        return sum(1 for i in range(self.n_layers) if pat[i % len(pat)] == kind)
+
+    def kind_params_per_layer(self, kind: str) -> int:
+        """Projection weights of one layer of ``kind`` (MLA: q down/up or q, kv down with the
+        rope key, kv up, o; linear (Gated DeltaNet, vLLM qwen3_next.py): in_proj_qkvz,
+        in_proj_ba, conv1d, out_proj)."""
+        h = self.hidden_size
+        a = self.attention
+        if kind == "mla" and a is not None and a.mla is not None:
+            m, nh = a.mla, self.n_heads
+            qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+            q = (h * m.q_lora_rank + m.q_lora_rank * nh * qk) if m.q_lora_rank else h * nh * qk
+            kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank * nh * (
+                m.qk_nope_head_dim + m.v_head_dim)
+            return q + kv + nh * m.v_head_dim * h
+        if kind == "linear" and a is not None and a.linear is not None:
+            li = a.linear
+            v = li.num_value_heads * li.value_head_dim
+            qkvz = h * (2 * li.num_key_heads * li.key_head_dim + 2 * v)
+            return qkvz + h * 2 * li.num_value_heads + li.conv_dim * li.conv_kernel + v * h
+        return self.attn_params_per_layer
+
+    @property
+    def attn_params(self) -> int:
+        """Attention (token-mixing) weights of all layers, by kind."""
+        if self.attention is None:
+            return self.n_layers * self.attn_params_per_layer
+        return sum(self.layers_of(k) * self.kind_params_per_layer(k)
+                   for k in ("gqa", "mla", "sliding_window", "linear"))
 
     @property
     def n_moe_layers(self) -> int:
@@ -253,7 +359,7 @@ class ModelSpec:
 
     @property
     def total_params(self) -> int:
-        n = self.n_layers * self.attn_params_per_layer + self.n_dense_layers * self.dense_mlp_params
+        n = self.attn_params + self.n_dense_layers * self.dense_mlp_params
         if self.moe is not None:
             n += self.n_moe_layers * (self.moe.n_experts * self.expert_params
                                       + self.moe_always_params_per_layer)
@@ -263,15 +369,56 @@ class ModelSpec:
     @property
     def active_params_per_token(self) -> int:
         """Weights one token multiplies through (embedding lookup excluded, LM head included)."""
-        n = self.n_layers * self.attn_params_per_layer + self.n_dense_layers * self.dense_mlp_params
+        n = self.attn_params + self.n_dense_layers * self.dense_mlp_params
         if self.moe is not None:
             n += self.n_moe_layers * (self.moe.top_k * self.expert_params
                                       + self.moe_always_params_per_layer)
         return n + self.lm_head_params
 
     def kv_elements_per_token(self) -> int:
-        """K and V elements stored per token over all layers."""
-        return 2 * self.n_layers * self.n_kv_heads * self.head_dim
+        """K and V elements stored per token over all layers whose KV grows with context
+        (gqa: K and V per KV head; MLA: one latent of kv_lora_rank + rope dims; sliding
+        windows are ``window_kv_elements_per_token``, linear layers keep none)."""
+        gqa = 2 * self.layers_of("gqa") * self.n_kv_heads * self.head_dim
+        a = self.attention
+        if a is None or a.mla is None:
+            return gqa
+        return gqa + self.layers_of("mla") * (a.mla.kv_lora_rank + a.mla.qk_rope_head_dim)
+
+    def window_kv_elements_per_token(self) -> int:
+        """K and V elements per token of the sliding-window layers (kept for ``window``
+        tokens)."""
+        return 2 * self.layers_of("sliding_window") * self.n_kv_heads * self.head_dim
+
+    def state_elements_per_seq(self) -> int:
+        """The linear layers' constant state per sequence: the recurrent state (value heads x
+        key dim x value dim) and the causal conv's last ``conv_kernel - 1`` inputs."""
+        a = self.attention
+        if a is None or a.linear is None:
+            return 0
+        li = a.linear
+        per_layer = (li.num_value_heads * li.key_head_dim * li.value_head_dim
+                     + (li.conv_kernel - 1) * li.conv_dim)
+        return self.layers_of("linear") * per_layer
+
+    def kv_sizes(self, kv_bytes_per_element: float, tp: int) -> KVSizes:
+        """KV bytes per token and state bytes per sequence on each device of a
+        ``tp``-way group: the one place deployment (blocks per worker), KV tiers, PD transfer
+        and the roofline's KV read take them from. Heads shard over the group; MLA's latent
+        is shared by all heads, so every device keeps all of it (vLLM's and SGLang's MLA
+        backends replicate the latent cache across tensor-parallel ranks)."""
+        a = self.attention
+        gqa = 2 * self.layers_of("gqa") * self.n_kv_heads * self.head_dim * kv_bytes_per_element
+        full = gqa / tp
+        if a is not None and a.mla is not None:
+            full += (self.layers_of("mla") * (a.mla.kv_lora_rank + a.mla.qk_rope_head_dim)
+                     * kv_bytes_per_element)
+        win = self.window_kv_elements_per_token() * kv_bytes_per_element / tp
+        state = 0.0
+        if a is not None and a.linear is not None:
+            sb = a.linear.state_bytes_per_element or kv_bytes_per_element
+            state = self.state_elements_per_seq() * sb / tp
+        return KVSizes(full, win, int(a.window or 0) if a is not None else 0, state)
 
 
 def model_from_dict(name: str, entry: Any, where: str) -> ModelSpec:
@@ -295,7 +442,17 @@ def model_from_dict(name: str, entry: Any, where: str) -> ModelSpec:
         tokenizer=name if e.tokenizer is None else e.tokenizer,
         source=e.source,
         notes=e.notes or "",
+        attention=None if e.attention is None else _attention(e.attention),
     )
+
+
+def _attention(a: Any) -> AttentionSpec:
+    """The validated ``attention:`` block as a spec."""
+    return AttentionSpec(
+        pattern=tuple(a.pattern), window=a.window,
+        mla=None if a.mla is None else MLASpec(**a.mla.model_dump()),
+        linear=None if a.linear is None else LinearAttnSpec(**a.linear.model_dump()),
+        output_gate=a.output_gate, source=a.source or "")
 
 
 def get_model(ref: Any, where: str = "model") -> ModelSpec:

@@ -70,6 +70,7 @@ OptPosNum = _num_type(True, False, True)
 NonNegNum = _num_type(False, False, False)
 PosInt = _num_type(True, True, False)
 NonNegInt = _num_type(False, True, False)
+OptPosInt = _num_type(True, True, True)
 
 
 def _text(nullable: bool = False, dates: bool = False):
@@ -190,6 +191,57 @@ class MoEEntry(Entry):
         return self
 
 
+LAYER_KINDS = ("gqa", "mla", "sliding_window", "linear")
+
+
+class MLAEntry(Entry):
+    """Multi-head latent attention (DeepSeek-V2/V3 config.json names): the KV cache holds
+    one latent of ``kv_lora_rank`` + ``qk_rope_head_dim`` per token per layer."""
+
+    kv_lora_rank: PosInt
+    qk_rope_head_dim: PosInt
+    qk_nope_head_dim: PosInt
+    v_head_dim: PosInt
+    q_lora_rank: NonNegInt = 0  # 0: a plain q projection (DeepSeek-V2-Lite)
+
+
+class LinearAttnEntry(Entry):
+    """A linear-attention layer (Gated DeltaNet, Qwen3-Next / Qwen3.5 config.json names):
+    a recurrent state of ``num_value_heads`` x ``key_head_dim`` x ``value_head_dim`` per
+    sequence plus a causal-conv state of ``conv_kernel - 1`` inputs; no KV per token."""
+
+    num_key_heads: PosInt
+    num_value_heads: PosInt
+    key_head_dim: PosInt
+    value_head_dim: PosInt
+    conv_kernel: PosInt = 4
+    state_bytes_per_element: OptPosNum = None  # None: the KV cache's format
+
+
+class AttentionEntry(Entry):
+    """The layers' attention kinds: ``pattern`` repeated over ``n_layers`` (e.g. [linear,
+    linear, linear, gqa]), with each kind's shape."""
+
+    pattern: list[Choice(*LAYER_KINDS)]
+    window: OptPosInt = None  # sliding_window layers: keys attended per query
+    mla: MLAEntry | None = None
+    linear: LinearAttnEntry | None = None
+    output_gate: Bool = False  # gqa/window layers: q_proj also emits a sigmoid gate
+    source: OptStr = None
+
+    @model_validator(mode="after")
+    def _kinds_have_shapes(self) -> AttentionEntry:
+        if not self.pattern:
+            raise fail_key("pattern", "expected a non-empty list of layer kinds")
+        need = {"mla": self.mla, "sliding_window": self.window, "linear": self.linear}
+        for kind, shape in need.items():
+            if kind in self.pattern and shape is None:
+                key = "window" if kind == "sliding_window" else kind
+                raise fail_key(key, f"expected the {kind} layers' shape (the pattern has "
+                                    f"{kind} layers)")
+        return self
+
+
 class ModelEntry(Entry):
     """One model of ``models.yaml`` (or an inline ``model`` / ``speculation.drafter``)."""
 
@@ -209,6 +261,7 @@ class ModelEntry(Entry):
     native_weight_format: Str = "bf16"
     tokenizer: OptStr = None
     notes: OptStr = None
+    attention: AttentionEntry | None = None  # None: every layer gqa
 
     @model_validator(mode="after")
     def _shape(self) -> ModelEntry:

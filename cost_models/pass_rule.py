@@ -32,7 +32,12 @@ PARAMS = ("_lin_flops_per_token", "_head_flops_per_logit", "_dense_weight_bytes"
           "_lin_rate", "_t_half", "_attn_flops_per_qc", "_kv_bytes_per_ctx",
           "_attn_rate", "_bw", "_ew_bytes_per_token", "_ew_bw", "_attn_bw", "_dequant",
           "_comm_per_token", "_comm_fixed", "_overhead",
-          "_moe_bytes_per_expert", "_moe_experts", "_moe_miss")
+          "_moe_bytes_per_expert", "_moe_experts", "_moe_miss",
+          "_win_attn_flops_per_qc", "_win_kv_bytes_per_ctx", "_window",
+          "_state_bytes_per_seq", "_lin_attn_flops_per_token")
+#: the layer kinds' entries (``pass_parts_kinds``): sliding-window layers' attention FLOPs
+#: per unit of area and KV bytes per context token, the window; linear-attention layers'
+#: state bytes per sequence and FLOPs per token (all 0 for a model of gqa/MLA layers only)
 
 #: what ``pass_parts`` returns, in order
 PARTS = ("linear", "attention", "elementwise", "allreduce", "overhead", "compute", "memory",
@@ -60,6 +65,14 @@ def experts_touched(experts, miss, t):
 
 @_njit
 def pass_parts(p, t, qc, ctx, lg):
+    """``pass_parts_kinds`` where the caller has no per-sequence aggregates: the window's
+    KV read capped at ``lg`` sequences x the window, ``lg`` sequences (exact for plain decode,
+    where every sequence has one logit and no context below the window)."""
+    return pass_parts_kinds(p, t, qc, ctx, lg, ctx, lg)
+
+
+@_njit
+def pass_parts_kinds(p, t, qc, ctx, lg, ctxw, nseq):
     """One pass of ``t`` tokens (causal attention area ``qc``, cached context ``ctx``,
     ``lg`` logits): seconds per op group (linear, attention, elementwise, all-reduce, fixed
     floors), compute and memory seconds, FLOPs and bytes per device.
@@ -68,7 +81,15 @@ def pass_parts(p, t, qc, ctx, lg):
     compute side, efficiency T / (T + T_half) for small matmuls, the routed experts the
     tokens touch), attention (the causal area's FLOPs vs the KV read); elementwise at its
     bandwidth; all-reduce per token plus latency; fixed floors. A pass with no tokens is not
-    launched and costs nothing."""
+    launched and costs nothing.
+
+    Layer kinds (docs/architecture.md, "Layer kinds"): sliding-window layers read
+    sum_i min(c_i, W) cached keys (``ctxw``, capped again at ``nseq`` x W) plus the new
+    tokens, and their FLOPs cover at most W keys per query (min(qc, t x W): exact for one
+    sequence, an upper bound for a batch mixing contexts below and above W); linear layers
+    read each of ``nseq`` sequences' state once and write one state per logit token (a
+    verify of k + 1 tokens keeps k + 1 intermediate states, as vLLM's GDN backend does, so
+    the accepted one is the next step's start), FLOPs linear in tokens."""
     if not t > 0:
         return 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
     lin_fpt, head_fpl, wbytes, lin_rate, t_half = p[0], p[1], p[2], p[3], p[4]
@@ -83,6 +104,15 @@ def pass_parts(p, t, qc, ctx, lg):
     m_lin = wbytes / bw
     c_att = (attn_fpqc * qc) / attn_rate
     m_att = (kv_bpc * (ctx + t)) / attn_bw
+    if p[20] > 0:  # sliding-window layers: keys capped at the window
+        wmax = nseq * p[21]
+        cw = ctxw if ctxw < wmax else wmax
+        qw = qc if qc < t * p[21] else t * p[21]
+        c_att = c_att + (p[19] * qw) / attn_rate
+        m_att = m_att + (p[20] * (cw + t)) / attn_bw
+    if p[22] > 0:  # linear layers: state read per sequence, written per logit token
+        c_att = c_att + (p[23] * t) / attn_rate
+        m_att = m_att + (p[22] * (nseq + lg)) / attn_bw
     ew = ew_bpt * t / ew_bw
     c_lin_q = c_lin * (1.0 + dequant)
     linear = nanmax(c_lin_q, m_lin)
@@ -102,26 +132,38 @@ def pass_price(p, t, qc, ctx, lg):
 
 
 @_njit
-def price_many(p, t, qc, ctx, lg, out):
-    """``pass_price`` of passes i (flat arrays) into out[0:3, i]."""
-    for i in range(t.shape[0]):
-        out[0, i], out[1, i], out[2, i] = pass_price(p, t[i], qc[i], ctx[i], lg[i])
+def pass_price_kinds(p, t, qc, ctx, lg, ctxw, nseq):
+    """``pass_price`` with the layer kinds' aggregates (``pass_parts_kinds``)."""
+    g = pass_parts_kinds(p, t, qc, ctx, lg, ctxw, nseq)
+    return g[0] + g[1] + g[2] + g[3] + g[4], g[7], g[8]
 
 
 @_njit
-def parts_many(p, t, qc, ctx, lg, out):
-    """``pass_parts`` of passes i (flat arrays) into out[0:9, i] (``PARTS``' order)."""
+def price_many(p, t, qc, ctx, lg, ctxw, nseq, out):
+    """``pass_price_kinds`` of passes i (flat arrays) into out[0:3, i]."""
     for i in range(t.shape[0]):
-        g = pass_parts(p, t[i], qc[i], ctx[i], lg[i])
+        out[0, i], out[1, i], out[2, i] = pass_price_kinds(p, t[i], qc[i], ctx[i], lg[i],
+                                                           ctxw[i], nseq[i])
+
+
+@_njit
+def parts_many(p, t, qc, ctx, lg, ctxw, nseq, out):
+    """``pass_parts_kinds`` of passes i (flat arrays) into out[0:9, i] (``PARTS``' order)."""
+    for i in range(t.shape[0]):
+        g = pass_parts_kinds(p, t[i], qc[i], ctx[i], lg[i], ctxw[i], nseq[i])
         for j in range(9):
             out[j, i] = g[j]
 
 
-def broadcast(tokens, qc, ctx, logits) -> tuple[tuple[int, ...], list[np.ndarray]]:
-    """Aggregates as flat float arrays of one common shape (logits default to tokens)."""
+def broadcast(tokens, qc, ctx, logits, ctxw=None, seqs=None
+              ) -> tuple[tuple[int, ...], list[np.ndarray]]:
+    """Aggregates as flat float arrays of one common shape (logits default to tokens; the
+    window's sum_i min(c_i, W) to ctx, capped in the rule; sequences to logits)."""
     t = np.asarray(tokens, dtype=np.float64)
     lg = t if logits is None else logits
     arrs = np.broadcast_arrays(t, np.asarray(qc, dtype=np.float64),
                                np.asarray(ctx, dtype=np.float64),
-                               np.asarray(lg, dtype=np.float64))
+                               np.asarray(lg, dtype=np.float64),
+                               np.asarray(ctx if ctxw is None else ctxw, dtype=np.float64),
+                               np.asarray(lg if seqs is None else seqs, dtype=np.float64))
     return arrs[0].shape, [np.ascontiguousarray(a).ravel() for a in arrs]

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import pass_rule
 from .calibration import Calibration
 from .catalog import HardwareSpec, ModelSpec, Precision
 from .errors import CatalogError
@@ -27,6 +26,14 @@ def attention_area(q, ctx):
     scalars and arrays.
     """
     return q * ctx + q * (q + 1) / 2
+
+
+def _rule():
+    """``pass_rule``, imported on first pricing: it loads numba, which ``specsim validate``
+    and a scenario's memory check never need (tests/test_startup.py)."""
+    from specsim.cost_models import pass_rule
+
+    return pass_rule
 
 
 @dataclass(frozen=True)
@@ -101,14 +108,18 @@ class ForwardCostModel:
         w_b = precision.weights.bytes_per_element
         a_b = precision.activations.bytes_per_element
         kv_b = precision.kv_cache.bytes_per_element
-        self.kv_bytes_per_token = m.kv_elements_per_token() * kv_b  # whole model, all devices
+        self.kv_sizes = m.kv_sizes(kv_b, tp)  # per device, by layer kind
+        if m.attention is None:
+            self.kv_bytes_per_token = m.kv_elements_per_token() * kv_b  # whole model, all devices
+        else:  # as if sharded: deployment divides by tp (MLA's latent is on every device)
+            self.kv_bytes_per_token = self.kv_sizes.per_token * tp
 
         # Linear layers: FLOPs per token, and weight bytes (per device).
         lin_active = m.active_params_per_token - m.lm_head_params
         self._lin_flops_per_token = 2.0 * lin_active / tp
         self._head_flops_per_logit = 2.0 * m.lm_head_params / tp
         self._t_half = float(cal.matmul_half_tokens)
-        dense_w = (m.n_layers * m.attn_params_per_layer + m.n_dense_layers * m.dense_mlp_params
+        dense_w = (m.attn_params + m.n_dense_layers * m.dense_mlp_params
                    + m.n_moe_layers * m.moe_always_params_per_layer + m.lm_head_params)
         self._dense_weight_bytes = dense_w * w_b / tp
         self._expert_bytes = m.expert_params * w_b / tp  # one expert, one layer
@@ -122,8 +133,13 @@ class ForwardCostModel:
                                 + 3 * inter_eff) / tp
         self._ew_bytes_per_token = (replicated + sharded) * a_b
         # Attention.
-        self._attn_flops_per_qc = 4.0 * m.n_heads * m.head_dim * m.n_layers / tp
-        self._kv_bytes_per_ctx = self.kv_bytes_per_token / tp
+        if m.attention is None:
+            self._attn_flops_per_qc = 4.0 * m.n_heads * m.head_dim * m.n_layers / tp
+            self._kv_bytes_per_ctx = self.kv_bytes_per_token / tp
+        else:
+            self._attn_flops_per_qc = self._kind_attention(m, tp)
+            self._kv_bytes_per_ctx = self.kv_sizes.full_per_token
+        self._layer_kinds(m, tp)
         # Roofline denominators.
         self._lin_rate = self.linear_peak * eff_c
         self._attn_rate = self.attn_peak * eff_ap
@@ -161,6 +177,42 @@ class ForwardCostModel:
             self._moe_bytes_per_expert, self._moe_experts, self._moe_miss = 0.0, 0.0, 0.0
         self._params: np.ndarray | None = None
 
+    @staticmethod
+    def _kind_attention(m: ModelSpec, tp: int) -> float:
+        """Attention FLOPs per unit of causal area of the layers whose keys grow with
+        context: gqa 4 x heads x head_dim (QK^T and PV); MLA with the absorbed projections
+        (decode, as vLLM's and SGLang's MLA backends run it: scores over the latent and the
+        rope key, values over the latent) 2 x heads x (kv_lora_rank + rope) + 2 x heads x
+        kv_lora_rank (prefill's unabsorbed form, 2 x heads x (nope + rope + v), is cheaper:
+        an overstatement there)."""
+        f = 4.0 * m.n_heads * m.head_dim * m.layers_of("gqa")
+        a = m.attention
+        if a is not None and a.mla is not None:
+            la = a.mla
+            f += (2.0 * m.n_heads * (la.kv_lora_rank + la.qk_rope_head_dim)
+                  + 2.0 * m.n_heads * la.kv_lora_rank) * m.layers_of("mla")
+        return f / tp
+
+    def _layer_kinds(self, m: ModelSpec, tp: int) -> None:
+        """The pass rule's entries for sliding-window and linear layers (zero without
+        them): a window layer as gqa with its keys capped; a Gated DeltaNet layer's
+        recurrent form, three key_dim x value_dim products per value head per token
+        (S^T k, the rank-one update, S^T q: 6 x heads x dk x dv FLOPs, counted from the
+        recurrence, assumed equal for the chunked prefill form)."""
+        a = m.attention
+        nw = m.layers_of("sliding_window")
+        self._win_attn_flops_per_qc = 4.0 * m.n_heads * m.head_dim * nw / tp if nw else 0.0
+        self._win_kv_bytes_per_ctx = self.kv_sizes.window_per_token if nw else 0.0
+        self._window = float(a.window) if (nw and a is not None and a.window) else 0.0
+        self._state_bytes_per_seq = self.kv_sizes.state_per_seq
+        nl = m.layers_of("linear")
+        if nl and a is not None and a.linear is not None:
+            li = a.linear
+            self._lin_attn_flops_per_token = (6.0 * li.num_value_heads * li.key_head_dim
+                                              * li.value_head_dim * nl / tp)
+        else:
+            self._lin_attn_flops_per_token = 0.0
+
     # ------------------------------------------------------------------ memory
     @property
     def weight_bytes_per_device(self) -> float:
@@ -171,7 +223,7 @@ class ForwardCostModel:
         """Expected distinct experts per MoE layer hit by ``tokens`` routed tokens
         (``pass_rule.experts_touched``)."""
         t = np.asarray(tokens, dtype=np.float64)
-        out = np.array([pass_rule.experts_touched(self._moe_experts, self._moe_miss, float(x))
+        out = np.array([_rule().experts_touched(self._moe_experts, self._moe_miss, float(x))
                         for x in t.ravel()])
         return out.reshape(t.shape) if t.ndim else float(out[0])
 
@@ -189,7 +241,7 @@ class ForwardCostModel:
         (``pass_rule.PARAMS``), built on first use (a subclass may adjust its attributes in
         its own ``__init__``)."""
         if self._params is None:
-            self._params = np.array([float(getattr(self, a)) for a in pass_rule.PARAMS])
+            self._params = np.array([float(getattr(self, a)) for a in _rule().PARAMS])
             self._params.flags.writeable = False
         return self._params
 
@@ -198,13 +250,13 @@ class ForwardCostModel:
         per-operator tables, ``calibrate.profiles``): linear, attention, elementwise,
         allreduce, overhead (``pass_rule.pass_parts``: a pass with no tokens costs nothing)."""
         parts = self._evaluate_parts(tokens, qc, ctx, logits)
-        return {g: parts[i] for i, g in enumerate(pass_rule.GROUPS)}
+        return {g: parts[i] for i, g in enumerate(_rule().GROUPS)}
 
-    def _evaluate_parts(self, tokens, qc, ctx, logits):
+    def _evaluate_parts(self, tokens, qc, ctx, logits, ctxw=None, seqs=None):
         """``pass_rule.pass_parts`` of each pass: a tuple of arrays in ``PARTS``' order."""
-        shape, flat = pass_rule.broadcast(tokens, qc, ctx, logits)
-        out = np.empty((len(pass_rule.PARTS), flat[0].shape[0]))
-        pass_rule.parts_many(self.pass_params(), *flat, out)
+        shape, flat = _rule().broadcast(tokens, qc, ctx, logits, ctxw, seqs)
+        out = np.empty((len(_rule().PARTS), flat[0].shape[0]))
+        _rule().parts_many(self.pass_params(), *flat, out)
         return tuple(x.reshape(shape) for x in out)
 
     def _evaluate(self, tokens, qc, ctx, logits):
@@ -233,11 +285,12 @@ class ForwardCostModel:
                 + c.spec_token_overhead_s * np.asarray(drafted, dtype=np.float64))
         return np.where(rows > 0, cost, 0.0)
 
-    def time_and_work(self, tokens, qc, ctx, logits=None):
-        """Seconds, FLOPs and bytes of passes (arrays of aggregates, one pass each)."""
-        shape, flat = pass_rule.broadcast(tokens, qc, ctx, logits)
+    def time_and_work(self, tokens, qc, ctx, logits=None, ctxw=None, seqs=None):
+        """Seconds, FLOPs and bytes of passes (arrays of aggregates, one pass each; ``ctxw``
+        sum_i min(c_i, W) and ``seqs`` the sequences, for window and linear layers)."""
+        shape, flat = _rule().broadcast(tokens, qc, ctx, logits, ctxw, seqs)
         out = np.empty((3, flat[0].shape[0]))
-        pass_rule.price_many(self.pass_params(), *flat, out)
+        _rule().price_many(self.pass_params(), *flat, out)
         return tuple(x.reshape(shape) for x in out)
 
     def work(self, tokens, qc, ctx, logits=None):

@@ -32,7 +32,15 @@ class Executor:
 
         ``seqs`` and ``chunks`` count each step's rows with work and its prompt chunks.
         """
-        vt, vf, vb = self.target.time_and_work(tokens, qc, csum, logits)
+        window = getattr(self.target, "_window", 0.0)
+        if window > 0 or getattr(self.target, "_state_bytes_per_seq", 0.0) > 0:
+            # the layer kinds' sums (pass_rule): sum_i min(c_i, W), the sequences
+            ctxw = (np.array([r.sum() for r in np.minimum(ctx, window)]) if window > 0
+                    else csum)
+            vt, vf, vb = self.target.time_and_work(tokens, qc, csum, logits, ctxw=ctxw,
+                                                   seqs=seqs)
+        else:
+            vt, vf, vb = self.target.time_and_work(tokens, qc, csum, logits)
         if self.drafter.prefills:
             dtt, dtf, dtb = self.drafter.cost_steps(k, ctx, pf_tokens, pf_qc)
         else:
