@@ -43,7 +43,6 @@ from specsim.simulator.execution.numpy_order import maximum as _maximum
 from specsim.simulator.execution.numpy_order import minimum as _minimum
 from specsim.simulator.execution.numpy_order import total as _sum
 from specsim.simulator.metrics.iteration_log import ITER
-from specsim.simulator.speculation import drafters as dr
 
 # ------------------------------------------------------------------ keyed uniforms
 
@@ -63,32 +62,27 @@ def _uniform(key, step):
 # the one pass rule (cost_models/pass_rule.py), compiled there; its Python source under
 # ``pure`` like every kernel function: (seconds, FLOPs, bytes) of one pass
 _evaluate = pass_rule.pass_price
+_evaluate_kinds = pass_rule.pass_price_kinds  # with the window's and linear layers' sums
 
 
-# drafter kinds (``_drafter_kind``)
+# drafter kinds (``_draft``), by the name a built-in drafter declares (``Drafter.kind``)
 D_NONE, D_SEQ, D_PAR, D_MEDUSA, D_LOOKUP, D_RATIO, D_FIXED = range(7)
+DRAFTER_KINDS = {"none": D_NONE, "sequential": D_SEQ, "parallel": D_PAR,
+                 "medusa": D_MEDUSA, "lookup": D_LOOKUP, "ratio": D_RATIO,
+                 "fixed": D_FIXED}
 
 
 @jit
-def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunks,
-           tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal, out):
-    """``Executor.price`` over a plan, into out[0:7]: per step (seconds, draft s, verify s,
-    FLOPs, bytes, draft FLOPs, draft bytes). ``cal``: engine fixed / per seq / per prefill
-    and speculation per step / per seq / per token overheads; ``scal``: the drafter's own
-    scalar (CPU s per lookup, ratio, or seconds per token)."""
-    dt = out[0]
-    dtt = out[1]
-    vt = out[2]
-    flops = out[3]
-    nbytes = out[4]
-    dtf = out[5]
-    dtb = out[6]
-    dtt[:] = 0.0
-    dtf[:] = 0.0
-    dtb[:] = 0.0
-    for s in range(S):
-        vt[s], flops[s], nbytes[s] = _evaluate(tp, tokens[s], qc[s], csum[s], logits[s])
-    # the drafter's cost_steps (prefill tokens reach it only if it keeps its own KV)
+def _draft(S, B, k, ctx, pf_tokens, pf_qc, dkind, dp, dprefills, pass_rows, scal, dtt, dtf,
+           dtb):
+    """A drafter's cost per step of a (steps x rows) plan, into dtt, dtf, dtb (seconds,
+    FLOPs, bytes; left as given, zeros, where it does not draft): every built-in drafter,
+    written once, as a kind (``dkind``, ``DRAFTER_KINDS``) and its data: ``dp`` the
+    parameter vector of the roofline its passes run on, ``scal`` its scalar (CPU seconds
+    per lookup, the ratio, or seconds per drafted token), ``dprefills`` whether its first
+    pass takes the step's new prompt tokens (its own KV), ``pass_rows`` a tree's rows per
+    pass. ``_price`` calls it compiled; ``draft_cost`` is its Python entry (a drafter's
+    ``cost_steps``, the per-class drafter, reports)."""
     if dkind == D_SEQ:
         kmax = 0
         for s in range(S):
@@ -187,6 +181,34 @@ def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunk
                 if i == 0 or k[s, i] > km:
                     km = k[s, i]
             dtt[s] = scal * np.float64(km)
+
+
+@jit
+def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunks,
+           tp, cal, speculating, overlap, dkind, dp, dprefills, pass_rows, scal, out):
+    """``Executor.price`` over a plan, into out[0:7]: per step (seconds, draft s, verify s,
+    FLOPs, bytes, draft FLOPs, draft bytes). ``cal``: engine fixed / per seq / per prefill
+    and speculation per step / per seq / per token overheads; ``scal``: the drafter's own
+    scalar (CPU s per lookup, ratio, or seconds per token)."""
+    dt = out[0]
+    dtt = out[1]
+    vt = out[2]
+    flops = out[3]
+    nbytes = out[4]
+    dtf = out[5]
+    dtb = out[6]
+    dtt[:] = 0.0
+    dtf[:] = 0.0
+    dtb[:] = 0.0
+    for s in range(S):  # the layer kinds' aggregates: sum_i min(c_i, W), the sequences
+        cw = csum[s]
+        if tp[21] > 0:
+            cw = _sum(np.minimum(ctx[s], tp[21]), 0, B)
+        vt[s], flops[s], nbytes[s] = _evaluate_kinds(tp, tokens[s], qc[s], csum[s], logits[s],
+                                                     cw, np.float64(seqs[s]))
+    # the drafter's passes (prefill tokens reach it only if it keeps its own KV)
+    _draft(S, B, k, ctx, pf_tokens, pf_qc, dkind, dp, dprefills, pass_rows, scal, dtt, dtf,
+           dtb)
     for s in range(S):
         if speculating:
             drafted = 0
@@ -957,7 +979,9 @@ ENTRY = ("_plan", "_price", "_plan_priced", "_shape_plan_priced", "_times", "_co
 def functions(compiled: bool) -> SimpleNamespace:
     """The kernel's entry points (``ENTRY``, without the underscore): numba's compiled
     dispatchers, or their pure-Python versions (the same source)."""
+    global _draft_fn
     g = globals()
+    _draft_fn = _draft if compiled else pure(_draft)  # draft_cost runs as the kernel does
     return SimpleNamespace(**{name[1:]: g[name] if compiled else pure(g[name])
                               for name in ENTRY})
 
@@ -994,24 +1018,43 @@ def cost_params(cm) -> np.ndarray | None:
         return None
 
 
-def drafter_data(d):
-    """A bundled drafter as data for ``_price``: (kind, cost parameters, scalar), or None
-    where the kernel does not price it (the Python pricing hook does)."""
-    cls = type(d)
-    none = frozen(np.zeros(len(pass_rule.PARAMS)))
-    if cls in (dr.Drafter, dr.NoDrafter) and same(d, dr.Drafter, "cost_steps"):
-        return D_NONE, none, 0.0
-    if cls in (dr.SequentialDrafter, dr.ParallelDrafter) and same(d, cls, "cost_steps"):
-        p = cost_params(d.model)
-        return None if p is None else (D_SEQ if cls is dr.SequentialDrafter else D_PAR, p, 0.0)
-    if cls is dr.MedusaDrafter and same(d, cls, "cost_steps"):
-        p = cost_params(d.cost)
-        return None if p is None else (D_MEDUSA, p, 0.0)
-    if cls in (dr.LookupDrafter, dr.SuffixDrafter) and same(d, dr.LookupDrafter, "cost_steps"):
-        return D_LOOKUP, none, float(d.cpu_s)
-    if cls is dr.RatioDrafter and same(d, cls, "cost_steps"):
-        p = cost_params(d.target)
-        return None if p is None else (D_RATIO, p, float(d.ratio))
-    if cls is dr.FixedTimeDrafter and same(d, cls, "cost_steps"):
-        return D_FIXED, none, float(d.s)
-    return None
+def drafter_data(d, any_cost_steps: bool = False):
+    """A built-in drafter as data for ``_draft``: (kind, cost parameters, scalar), from what
+    it declares (``Drafter.kind``, ``.cost``, ``.scalar``); None where the kernel does not
+    price it: no kind (drafters per class), a cost model it has no parameters for, or (unless
+    ``any_cost_steps``) a ``cost_steps`` of its own (a plug-in's rules: the Python pricing
+    hook calls it)."""
+    kind = DRAFTER_KINDS.get(getattr(d, "kind", None))
+    if kind is None:
+        return None
+    if not any_cost_steps and not d.priced_by_kernel():
+        return None
+    cm = getattr(d, "cost", None)
+    p = frozen(np.zeros(len(pass_rule.PARAMS))) if cm is None else cost_params(cm)
+    return None if p is None else (kind, p, float(getattr(d, "scalar", 0.0)))
+
+
+_draft_fn = None  # ``_draft`` as the last kernel made runs it (``functions``)
+
+
+def draft_cost(d, k, ctx, pf_tokens, pf_qc):
+    """A built-in drafter's per-step (seconds, FLOPs, bytes) of a (steps x rows) plan: the
+    kernel's ``_draft`` (``Drafter.cost_steps``, for a Python caller: the per-class drafter,
+    the adaptive policies' estimates, reports), compiled where this process's kernel runs
+    compiled, else as its Python source (the same bits)."""
+    data = drafter_data(d, any_cost_steps=True)
+    if data is None:
+        raise TypeError(f"{type(d).__name__}: the kernel has no data for this drafter (no "
+                        "kind, or a cost model without a parameter vector); give it its own "
+                        "cost_steps")
+    kind, p, scal = data
+    k = np.ascontiguousarray(k, np.int64)
+    S, B = k.shape
+    out = np.zeros((3, S))
+    tree = getattr(d, "tree", None)
+    rows = frozen(tree.pass_rows if tree is not None else np.zeros(0), np.int64)
+    fn = _draft_fn or pure(_draft)
+    fn(S, B, frozen(k), frozen(np.ascontiguousarray(ctx, np.float64)),
+       frozen(np.asarray(pf_tokens, np.float64)), frozen(np.asarray(pf_qc, np.float64)), kind,
+       p, bool(d.prefills), rows, scal, out[0], out[1], out[2])
+    return out[0], out[1], out[2]

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from specsim.cost_models.catalog import get_model, get_precision
-from specsim.cost_models.roofline import ForwardCostModel, attention_area
+from specsim.cost_models.roofline import ForwardCostModel
 from specsim.errors import ScenarioError
 from specsim.messages import fail_key
 from specsim.simulator.registry import DRAFTERS
@@ -128,10 +128,16 @@ def build_tree(section: Any) -> DraftTree | None:
 class Drafter:
     """Interface: price drafting for S steps at once (the kernel's one pricing call).
 
-    ``cost_steps(k, ctx, pf_tokens, pf_qc)``: k and ctx are (S, B) draft lengths and KV
-    contexts of the batch's rows; pf_tokens / pf_qc the prefill tokens and attention area
-    of each step (drafters with their own KV prefill them too). Returns per-step (seconds,
-    FLOPs, bytes). Declares ``proposes_always`` (n-gram lookup proposes only on a match),
+    A built-in drafter is data: ``kind`` (how the kernel prices it, one of
+    ``kernel_jit.DRAFTER_KINDS``), ``cost`` (the roofline its passes run on, if any) and
+    ``scalar`` (the kind's one number); its cost is only the kernel's (``kernel_jit._draft``,
+    compiled inside the plan, or run as Python source for a Python caller through
+    ``cost_steps``). A plug-in gives its own ``cost_steps(k, ctx, pf_tokens, pf_qc)``: k and
+    ctx are (S, B) draft lengths and KV contexts of the batch's rows; pf_tokens / pf_qc the
+    prefill tokens and attention area of each step (drafters with their own KV prefill them
+    too); it returns per-step (seconds, FLOPs, bytes). The kernel then calls it through the
+    Python pricing hook, which runs slower (the run's notes say so, ``execution/plugins.py``).
+    Declares ``proposes_always`` (n-gram lookup proposes only on a match),
     ``prefills`` (it keeps its own KV cache, so new prompt chunks pass through it),
     ``drafts`` (False: no drafting at all) and ``per_class`` (True: each row drafts with its
     workload class's own drafter, and the drafter answers ``k_cap(rows)``,
@@ -145,6 +151,13 @@ class Drafter:
     drafts = True
     per_class = False
     match_rate = 1.0
+    #: how the kernel prices it (``kernel_jit.DRAFTER_KINDS``); None: only its own
+    #: ``cost_steps`` can (drafters per class)
+    kind: str | None = "none"
+    #: the ForwardCostModel its passes are priced with (None: no passes)
+    cost: ForwardCostModel | None = None
+    #: the kind's scalar: CPU seconds per lookup, the ratio, or seconds per drafted token
+    scalar = 0.0
 
     def match_probability(self, rows: np.ndarray, table) -> float | np.ndarray:
         """The chance each row's lookup finds a draft this step (``match_rate`` unless a
@@ -176,8 +189,18 @@ class Drafter:
 
     def cost_steps(self, k: np.ndarray, ctx: np.ndarray, pf_tokens: np.ndarray,
                    pf_qc: np.ndarray) -> tuple[np.ndarray, ...]:
-        z = np.zeros(k.shape[0])
-        return z, z, z
+        """Per-step (seconds, FLOPs, bytes): the kernel's pricing of this drafter's kind
+        (``kernel_jit.draft_cost``), the very rules the compiled plan runs. A plug-in
+        overrides it with its own."""
+        from specsim.simulator.execution.kernel_jit import draft_cost
+
+        return draft_cost(self, k, ctx, pf_tokens, pf_qc)
+
+    def priced_by_kernel(self) -> bool:
+        """The kernel prices it from its data: a kind, and no ``cost_steps`` of its own (on
+        its class or set on it)."""
+        return (self.kind is not None and type(self).cost_steps is Drafter.cost_steps
+                and "cost_steps" not in vars(self))
 
     def describe(self) -> str:
         return "no drafting"
@@ -191,37 +214,10 @@ class SequentialDrafter(Drafter):
     """A draft model, EAGLE head or MTP module: k sequential passes of a smaller model."""
 
     prefills = True
+    kind = "sequential"  # pass j: the rows drafting more than j tokens, reading ctx + j
 
     def __init__(self, name: str, model: ForwardCostModel) -> None:
-        self.name, self.model = name, model
-
-    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
-        S = k.shape[0]
-        has_pf = bool(pf_tokens.any())
-        kmax = max(int(k.max()) if k.size else 0, 1 if has_pf else 0)
-        if kmax == 0:
-            z = np.zeros(S)
-            return z, z, z
-        j = np.arange(kmax)
-        # rows in pass j of step s: those drafting more than j tokens (counted by k value)
-        width = kmax + 1
-        idx = (np.arange(S)[:, None] * width + np.minimum(k, kmax)).ravel()
-        cnt = np.bincount(idx, minlength=S * width).reshape(S, width)
-        csum = np.bincount(idx, weights=ctx.ravel(), minlength=S * width).reshape(S, width)
-        n = (cnt[:, ::-1].cumsum(axis=1)[:, ::-1])[:, 1:].astype(np.float64)
-        c = (csum[:, ::-1].cumsum(axis=1)[:, ::-1])[:, 1:] + j[None, :] * n  # reads ctx + j
-        if self.tree is not None and any(r != 1 for r in self.tree.pass_rows[:kmax]):
-            # a tree: pass j runs pass_rows[j] rows per drafting sequence, each reading the
-            # sequence's context (per-row KV reads, as a draft batch of branches is run)
-            r = np.ones(kmax)
-            m = min(kmax, self.tree.depth)
-            r[:m] = self.tree.pass_rows[:m]
-            n, c = n * r, c * r
-        tok, qc = n.copy(), c + n  # one token per row, attending ctx + j + 1
-        tok[:, 0] += pf_tokens  # the drafter prefills new prompt chunks in its first pass
-        qc[:, 0] += pf_qc
-        t, f, b = self.model.time_and_work(tok, qc, c, n)
-        return t.sum(axis=1), f.sum(axis=1), b.sum(axis=1)
+        self.name, self.model, self.cost = name, model, model
 
     def describe(self) -> str:
         m = self.model.model
@@ -234,12 +230,7 @@ class SequentialDrafter(Drafter):
 class ParallelDrafter(SequentialDrafter):
     """PARD / DFlash: one drafter pass over all k positions of each row."""
 
-    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
-        kk = k.astype(np.float64)
-        drafted = kk.sum(axis=1)
-        qc = attention_area(kk, ctx).sum(axis=1)
-        c = (ctx * (k > 0)).sum(axis=1)
-        return self.model.time_and_work(drafted + pf_tokens, qc + pf_qc, c, drafted)
+    kind = "parallel"
 
     def describe(self) -> str:
         m = self.model.model
@@ -252,13 +243,10 @@ class MedusaDrafter(Drafter):
     takes each depth's candidates from its head's top tokens and changes only what is
     verified and accepted, not this cost."""
 
+    kind = "medusa"  # one pass of the heads over the drafting rows
+
     def __init__(self, name: str, cost: ForwardCostModel, heads: int) -> None:
         self.name, self.cost, self.heads = name, cost, heads
-
-    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
-        rows = (k > 0).sum(axis=1).astype(np.float64)
-        z = np.zeros_like(rows)
-        return self.cost.time_and_work(rows, z, z)
 
     def describe(self) -> str:
         text = (f"{self.name}: one pass of {self.heads} Medusa heads "
@@ -271,13 +259,11 @@ class LookupDrafter(Drafter):
 
     name = "ngram"
     proposes_always = False
+    kind = "lookup"  # scalar: CPU seconds per step where a row drafts
 
     def __init__(self, cpu_s_per_step: float, match_rate: float) -> None:
         self.cpu_s, self.match_rate = cpu_s_per_step, match_rate
-
-    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
-        z = np.zeros(k.shape[0])
-        return np.where((k > 0).any(axis=1), self.cpu_s, 0.0), z, z
+        self.scalar = cpu_s_per_step
 
     def describe(self) -> str:
         return (f"ngram lookup: {self.cpu_s * 1e6:.0f} us CPU per step, match rate "
@@ -313,16 +299,11 @@ class SuffixDrafter(LookupDrafter):
 class RatioDrafter(Drafter):
     """What-if: each drafted token costs ``ratio`` x a target decode pass over the same rows."""
 
+    kind = "ratio"  # scalar: the ratio; cost: the target's roofline
+
     def __init__(self, name: str, target: ForwardCostModel, ratio: float) -> None:
         self.name, self.target, self.ratio = name, target, ratio
-
-    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
-        rows = k > 0
-        n = rows.sum(axis=1).astype(np.float64)
-        c = (ctx * rows).sum(axis=1)
-        step = self.target.time(n, c + n, c, n)
-        z = np.zeros(k.shape[0])
-        return np.where(n > 0, self.ratio * k.max(axis=1) * step, 0.0), z, z
+        self.cost, self.scalar = target, ratio
 
     def describe(self) -> str:
         return f"{self.name}: draft cost {self.ratio:g} x target decode step per drafted token"
@@ -331,12 +312,11 @@ class RatioDrafter(Drafter):
 class FixedTimeDrafter(Drafter):
     """What-if: each sequential draft position costs a fixed number of seconds."""
 
+    kind = "fixed"  # scalar: seconds per draft position
+
     def __init__(self, name: str, seconds_per_token: float) -> None:
         self.name, self.s = name, seconds_per_token
-
-    def cost_steps(self, k, ctx, pf_tokens, pf_qc):
-        z = np.zeros(k.shape[0])
-        return self.s * k.max(axis=1).astype(np.float64), z, z
+        self.scalar = seconds_per_token
 
     def describe(self) -> str:
         return f"{self.name}: {self.s * 1e3:g} ms per drafted token"

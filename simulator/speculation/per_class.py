@@ -61,6 +61,7 @@ class PerClassDrafter(Drafter):
 
     name = "per_class"
     per_class = True  # rows draft with their class's member: k_cap, row_alpha, bind
+    kind = None  # no kind of its own: each member is priced by the kernel (cost_steps)
     state_dependent_match = True  # the match chance depends on the row's drafter
 
     def __init__(self, members: list[Member], member_of_class: dict[str, int]) -> None:
@@ -134,6 +135,8 @@ class PerClassDrafter(Drafter):
         return out
 
     def cost_steps(self, k, ctx, pf_tokens, pf_qc):
+        """Each member prices its own rows (the kernel's rules for its kind, its
+        ``cost_steps``), and the members' costs add up (rule 2: its share of the prefill)."""
         S = k.shape[0]
         t, f, b = np.zeros(S), np.zeros(S), np.zeros(S)
         for i, m in enumerate(self.members):
