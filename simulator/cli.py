@@ -457,15 +457,6 @@ def _add_acceptance_commands(sub) -> None:
     post.set_defaults(func=cmd_acceptance_posterior)
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("specsim")
-    except PackageNotFoundError:  # running from a source tree that was not installed
-        return "unknown (not installed)"
-
-
 class _VersionAction(argparse.Action):
     """``--version``, looked up only when asked: importing importlib.metadata and reading
     the installed distribution cost every other command 25-65 ms (issue 22)."""
@@ -475,7 +466,9 @@ class _VersionAction(argparse.Action):
                          help="show program's version number and exit")
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(f"specsim {_version()}")
+        from specsim.outputs import version
+
+        print(f"specsim {version()}")
         parser.exit()
 
 

@@ -43,7 +43,7 @@ class ToyDrafter(Drafter):
 @DRAFTERS.register("test_toy", params=ToyKeys, has_weights=True, vllm=("test_toy_vllm",),
                    sglang=("TEST_TOY",))
 def _toy(ctx):
-    return ToyDrafter(ctx.spec["test_toy"]["seconds_per_token"]), None
+    return ToyDrafter(ctx.spec.test_toy.seconds_per_token), None
 
 
 def scenario(**spec):

@@ -36,7 +36,7 @@ def test_tree_verify_width_is_its_node_count():
 
 def test_tree_sets_k_to_its_depth_and_rejects_another():
     scenario, _, _ = load_scenario(_sc(method="eagle3", tree={"widths": [3, 2]}))
-    assert scenario["speculation"]["k"] == 2
+    assert scenario.speculation.k == 2
     with pytest.raises(ScenarioError, match=r"speculation\.k: expected the tree's depth 2"):
         load_scenario(_sc(method="eagle3", k=4, tree={"widths": [3, 2]}))
     with pytest.raises(ScenarioError, match="drafts a chain, not a tree"):

@@ -241,7 +241,7 @@ def test_a_full_swap_tier_falls_back_to_recompute():
 ], ids=["hbm", "three-tiers-lfu", "swap-priority", "swap-no-prefix"])
 def test_nothing_leaks_in_any_tier(kv_cache):
     sc, base_dir, _ = load_scenario(spec_scenario(kv_cache))
-    sim = Simulation(sc, build_trace(sc, base_dir, get_model(sc["model"]).max_context),
+    sim = Simulation(sc, build_trace(sc, base_dir, get_model(sc.model).max_context),
                      base_dir)
     sim.run()
     sim.check_invariants()  # every tier: blocks free or cached; tokens conserved

@@ -113,8 +113,8 @@ def test_int_keys_bounded(key, value, capsys):
 
 def test_int_keys_take_integral_floats():
     sc = cfg.validate({"hardware": {"count": 2.0}, "speculation": {"k": 4e0}, "workload": {}})
-    assert sc["hardware"]["count"] == 2 and isinstance(sc["hardware"]["count"], int)
-    assert sc["speculation"]["k"] == 4 and isinstance(sc["speculation"]["k"], int)
+    assert sc.hardware.count == 2 and isinstance(sc.hardware.count, int)
+    assert sc.speculation.k == 4 and isinstance(sc.speculation.k, int)
     with pytest.raises(ScenarioError, match=r"hardware.count: expected an integer at most "
                                             r"1000000, got 1e\+18"):
         cfg.validate({"hardware": {"count": 1e18}, "workload": {}})

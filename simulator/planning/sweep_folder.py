@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specsim.outputs import version as _version  # the one lookup (sweep.py reads it here)
+
 JOURNAL = ".sweep-journal.jsonl"
 MARKER = ".specsim-sweep"
 DEFINITION = "sweep.json"
@@ -25,15 +27,6 @@ _OUR_PNGS = {"tpot_vs_qps.png", "speedup_heatmap.png", "throughput_vs_tpot.png",
 #: metrics summarised with a 95% t-interval across seeds (summary.csv)
 SUMMARY_METRICS = ("tpot_s.p50", "tpot_s.p99", "ttft_s.p99", "throughput_output_tokens_per_s",
                    "cost_usd_per_million_output_tokens")
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("specsim")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:

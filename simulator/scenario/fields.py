@@ -151,15 +151,11 @@ def Policy(registry: Registry):  # noqa: N802
 
 
 class Section(BaseModel):
-    """A scenario section: unknown keys are errors; values read as attributes or by key."""
+    """A scenario section: unknown keys are errors; values are read as attributes
+    (``sec.key``, or ``getattr(sec, name)`` for a key held in a variable: a plug-in's
+    ``params`` section too), never by key (no ``sec[key]`` or ``sec.get``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=False)
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
 
 
 def section(cls: type[Section]):
