@@ -66,11 +66,11 @@ def test_both_decode_pools_serve_and_no_pool_leaks_kv():
     m = res.metrics
     assert m["requests_completed"] == 300 and m["requests_rejected"] == 0
     pools = m["disaggregation"]["pools"]
-    assert list(pools) == ["prefill", "a100", "h200"]
-    assert [pools[n]["accelerator"] for n in pools] == ["H100-SXM", "A100-SXM-80GB", "H200-SXM"]
+    assert list(pools) == ["prefill", "a100", "h100"]
+    assert [pools[n]["accelerator"] for n in pools] == ["H100-SXM", "A100-SXM-80GB", "H100-SXM"]
     assert m["fleet"]["devices"] == 6 == sum(p["devices"] for p in pools.values())
     req = res.requests
-    for name in ("a100", "h200"):
+    for name in ("a100", "h100"):
         ids = pools[name]["worker_ids"]
         served = req[req["worker"].isin(ids)]
         assert len(served) > 30, name

@@ -12,7 +12,7 @@ Scenario form (``disaggregation:``; absent, every worker is mixed, as before)::
       local_prefill_max_tokens: null          # conditional disaggregation (needs a prefix cache)
 
 Several decode pools (``decode_pools:`` instead of ``decode:``, a list of decode's keys plus
-a ``name``; e.g. an A100 pool and an H200 pool behind one H100 prefill pool,
+a ``name``; e.g. an A100 pool and an H100 pool behind one H100 prefill pool,
 ``scenarios/pd_two_decode_pools.yaml``): the hand-off offers ``decode_router`` the workers
 of every decode pool that can hold the request's KV (prompt + output within one worker's
 blocks, the rule that otherwise rejects it at arrival), so the router, which must read
