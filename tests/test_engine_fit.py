@@ -10,12 +10,14 @@ import pytest
 from specsim.cost_models.calibrate.engine_fit import (
     SpecOverheadSample,
     StageSample,
+    fastest,
     fit_engine,
     fit_spec_overheads,
     fits_without,
     identifiability,
     leave_one_group_out,
     stage_step_s,
+    unreachable,
     workload_of,
 )
 from specsim.cost_models.calibration import uncalibrated_default
@@ -198,3 +200,26 @@ def test_identifiability_separates_pinned_from_flat_parameters():
     assert ids["engine_fixed_s"].status == "identified"
     assert ids["allreduce_latency_s"].status in ("flat", "at a bound")
     assert ids["allreduce_latency_s"].std_err == float("inf")
+
+
+def test_unreachable_stages_are_found_and_left_out():
+    """A stage faster than the model can price with every fitted parameter at its fastest
+    bound (a prefix cache the replay does not know of, say) is flagged, and leaving it out
+    recovers the parameters the other stages were made with; fitted to, it drags them."""
+    samples = _samples(0.0)
+    quick = fastest(BASE, ("engine_fixed_s", "engine_per_seq_s"))
+    bad = {2, 7}
+    for i in bad:  # measured 40% under the fastest price
+        samples[i] = replace(samples[i], step_s=0.6 * stage_step_s(samples[i], quick))
+    out = unreachable(samples, BASE)
+    assert set(np.flatnonzero(out)) == bad
+    fitted, _ = fit_engine(samples, BASE, holdout=out)
+    assert fitted.engine_fixed_s == pytest.approx(TRUE.engine_fixed_s, rel=1e-3)
+    assert fitted.engine_per_seq_s == pytest.approx(TRUE.engine_per_seq_s, rel=1e-2)
+    dragged, _ = fit_engine(samples, BASE)
+    assert dragged.engine_fixed_s < 0.9 * TRUE.engine_fixed_s
+    held = fits_without(samples, BASE, [x.model for x in samples], exclude=out)
+    for cal in held.values():
+        assert cal.engine_fixed_s == pytest.approx(TRUE.engine_fixed_s, rel=1e-2)
+    ids = {i.name: i for i in identifiability(samples, BASE, fitted, exclude=out)}
+    assert ids["engine_fixed_s"].status == "identified"
