@@ -597,7 +597,7 @@ def tornado_png(an: Analysis, path: Path, title: str = "") -> None:
         ax.axvline(1.0, color="red", linestyle="--", linewidth=1, label="gain 1 (break-even)")
     import textwrap
 
-    ax.set_xlabel("\n".join(textwrap.wrap(an.label, 90)), fontsize=9)
+    ax.set_xlabel("\n".join(textwrap.wrap(an.label, 70)), fontsize=9)
     ax.set_title(title or "one at a time: output at each input's low and high")
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
