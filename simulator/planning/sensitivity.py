@@ -112,10 +112,10 @@ _CAL_BANDS: dict[str, dict[str, Any]] = {
     "eta_memory": {"holdout": "layer", "unit": "share of bandwidth",
                    "source": "the profile's held-out median error of one layer "
                              "(fit_quality.holdouts, test)"},
-    # docs/fidelity.md: 1.16 ms, 95% interval 0.30-2.03 ms (benchmarks/fidelity.py, 2026-12-04)
-    "engine_fixed_s": {"ratio": (0.30 / 1.16, 2.03 / 1.16), "unit": "s",
-                       "source": "the H100-SXM engine fit's 95% interval 0.30-2.03 ms around "
-                                 "1.16 ms (docs/fidelity.md, benchmarks/fidelity.py), as a "
+    # docs/fidelity.md: 1.54 ms, 95% interval 1.00-2.08 ms (benchmarks/fidelity.py, 2026-12-05)
+    "engine_fixed_s": {"ratio": (1.00 / 1.54, 2.08 / 1.54), "unit": "s",
+                       "source": "the H100-SXM engine fit's 95% interval 1.00-2.08 ms around "
+                                 "1.54 ms (docs/fidelity.md, benchmarks/fidelity.py), as a "
                                  "ratio of the nominal"},
     # cost_models/data/spec_step_costs.yaml: vllm_49548_mrv2_skip_k0 0.11 ms (the nominal),
     # the spec path's own fixed cost fits 7 us (low), vllm_49548_dsd_k0_h100nvl 0.94 ms at
