@@ -512,28 +512,35 @@ class KvTier(Section):
     latency_s: Float(0.0, 60.0) = Field(1e-5, description="per transfer (assumed default)")
 
 
+def _mappings(value: Any, model: type, what: str, fields_text: str, limit: int) -> list:
+    """A list of at most ``limit`` mappings, each validated as ``model`` (an item already of
+    that type is kept): the one rule for the scenario's lists of named sections (KV tiers,
+    decode pools); errors name the item's index and key."""
+    if not isinstance(value, list | tuple):
+        raise fail(f"expected a list of {what} ({{{fields_text}}} mappings), got {show(value)}")
+    if len(value) > limit:
+        raise fail(f"expected at most {limit} {what}, got {len(value)}")
+    out = []
+    for i, item in enumerate(value):
+        if not isinstance(item, model):
+            if not isinstance(item, dict):
+                raise fail_key(str(i), f"expected a mapping ({fields_text}), got {show(item)}")
+            try:
+                item = model.model_validate(item)
+            except ValidationError as exc:
+                key, msg = error_line(exc, model)
+                raise fail_key(f"{i}.{key}", msg) from None
+        out.append(item)
+    return out
+
+
 def _tiers_in(value: Any) -> Any:
     """``kv_cache.tiers``: a list of tier mappings, fastest first, names unique."""
     if value is None:
         return []
-    if not isinstance(value, list | tuple):
-        raise fail(f"expected a list of tiers ({{name, capacity_gb, bandwidth_gb_s, "
-                   f"latency_s}} mappings), got {show(value)}")
-    if len(value) > 8:
-        raise fail(f"expected at most 8 tiers, got {len(value)}")
     out, names = [], set()
-    for i, item in enumerate(value):
-        if isinstance(item, KvTier):
-            tier = item
-        else:
-            if not isinstance(item, dict):
-                raise fail_key(str(i), f"expected a mapping (name, capacity_gb, "
-                                       f"bandwidth_gb_s, latency_s), got {show(item)}")
-            try:
-                tier = KvTier.model_validate(item)
-            except ValidationError as exc:
-                key, msg = error_line(exc, KvTier)
-                raise fail_key(f"{i}.{key}", msg) from None
+    items = _mappings(value, KvTier, "tiers", "name, capacity_gb, bandwidth_gb_s, latency_s", 8)
+    for i, tier in enumerate(items):
         if tier.name in names or tier.name == "hbm":
             raise fail_key(f"{i}.name", f"expected a unique name other than 'hbm', got "
                                         f"{show(tier.name)}")
@@ -715,24 +722,13 @@ def _decode_pools_in(value: Any) -> Any:
     (defaults ``decode_<i>``), none named ``prefill``."""
     if value is None:
         return None
-    if not isinstance(value, list | tuple) or not value:
-        raise fail(f"expected a non-empty list of decode pools ({{name, count, accelerator, "
-                   f"tensor_parallel, ...}} mappings), got {show(value)}")
-    if len(value) > 16:
-        raise fail(f"expected at most 16 decode pools, got {len(value)}")
+    if isinstance(value, list | tuple) and not value:
+        raise fail("expected a non-empty list of decode pools ({name, count, accelerator, "
+                   "tensor_parallel, ...} mappings), got []")
     out, names = [], set()
-    for i, item in enumerate(value):
-        if isinstance(item, DecodePool):
-            pool = item
-        else:
-            if not isinstance(item, dict):
-                raise fail_key(str(i), f"expected a mapping (name, count, accelerator, "
-                                       f"tensor_parallel, ...), got {show(item)}")
-            try:
-                pool = DecodePool.model_validate(item)
-            except ValidationError as exc:
-                key, msg = error_line(exc, DecodePool)
-                raise fail_key(f"{i}.{key}", msg) from None
+    items = _mappings(value, DecodePool, "decode pools",
+                      "name, count, accelerator, tensor_parallel, ...", 16)
+    for i, pool in enumerate(items):
         if pool.name is None:
             pool = pool.model_copy(update={"name": f"decode_{i + 1}"})
         if pool.name in names or pool.name == "prefill":
