@@ -408,16 +408,23 @@ class ModelSpec:
         is shared by all heads, so every device keeps all of it (vLLM's and SGLang's MLA
         backends replicate the latent cache across tensor-parallel ranks)."""
         a = self.attention
-        gqa = 2 * self.layers_of("gqa") * self.n_kv_heads * self.head_dim * kv_bytes_per_element
-        full = gqa / tp
+        # KV heads per device: a share of them, or one copy each when the group has more
+        # devices than KV heads (vLLM's QKVParallelLinear replicates a KV head then)
+        kv_dev = max(self.n_kv_heads / tp, 1.0) if a is not None else self.n_kv_heads / tp
+        per_head = 2 * self.head_dim * kv_bytes_per_element
+        full = self.layers_of("gqa") * kv_dev * per_head
         if a is not None and a.mla is not None:
             full += (self.layers_of("mla") * (a.mla.kv_lora_rank + a.mla.qk_rope_head_dim)
                      * kv_bytes_per_element)
-        win = self.window_kv_elements_per_token() * kv_bytes_per_element / tp
+        win = self.layers_of("sliding_window") * kv_dev * per_head
         state = 0.0
         if a is not None and a.linear is not None:
-            sb = a.linear.state_bytes_per_element or kv_bytes_per_element
-            state = self.state_elements_per_seq() * sb / tp
+            li, nl = a.linear, self.layers_of("linear")
+            sb = li.state_bytes_per_element or kv_bytes_per_element
+            # the recurrent state in its own format (Qwen3.5/3.6: mamba_ssm_dtype float32),
+            # the conv's last inputs in the KV cache's (SGLang's mamba pool does the same)
+            state = nl * (li.num_value_heads * li.key_head_dim * li.value_head_dim * sb
+                          + (li.conv_kernel - 1) * li.conv_dim * kv_bytes_per_element) / tp
         return KVSizes(full, win, int(a.window or 0) if a is not None else 0, state)
 
 

@@ -215,7 +215,7 @@ class LinearAttnEntry(Entry):
     key_head_dim: PosInt
     value_head_dim: PosInt
     conv_kernel: PosInt = 4
-    state_bytes_per_element: OptPosNum = None  # None: the KV cache's format
+    state_bytes_per_element: OptPosNum = None  # the recurrent state's; None: the KV cache's
 
 
 class AttentionEntry(Entry):

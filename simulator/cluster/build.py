@@ -80,7 +80,9 @@ class Link:
     hand-off picks one target per request): bandwidth in bytes per second, latency per
     transfer, one link for the fleet (``shared``) or one per source worker;
     ``bytes_per_token``: the KV a transferred token carries (target + drafter, all of a
-    worker's devices)."""
+    worker's devices); ``kv``: for a model with layer kinds, the per-sequence sizes a
+    transfer moves (``sequence_bytes``: full KV per token, the window's KV, the linear
+    layers' state once; ``Deployment.kv_worker``), None otherwise."""
 
     source: str
     targets: tuple[str, ...]
@@ -89,6 +91,13 @@ class Link:
     shared: bool
     bytes_per_token: float
     config: Any  # the scenario's link section, as given (reported back)
+    kv: Any = None  # cost_models.catalog.KVSizes of one worker, for a model with layer kinds
+
+    def transfer_bytes(self, tokens: float) -> float:
+        """Bytes one request of ``tokens`` cached tokens sends over the link."""
+        if self.kv is None:
+            return tokens * self.bytes_per_token
+        return self.kv.sequence_bytes(tokens)
 
 
 @dataclass
@@ -168,7 +177,8 @@ def deploy(sc: Any, base_dir: Path) -> Fleet:
     link = dis.link
     links = [Link(PREFILL, tuple(p.name for p in pools[1:]), float(link.bandwidth_gb_s) * 1e9,
                   float(link.latency_s), bool(link.shared),
-                  float(pf.kv_bytes_per_token_device * pf.tp), link)]
+                  float(pf.kv_bytes_per_token_device * pf.tp) if pf.kv_worker is None
+                  else float(pf.kv_worker.full_per_token), link, pf.kv_worker)]
     return Fleet(sc, pools, links, _pd_notes(pools, link))
 
 

@@ -20,7 +20,7 @@ from specsim.cost_models.calibration import (
     load_profile,
     uncalibrated_default,
 )
-from specsim.cost_models.catalog import get_hardware, get_model, get_precision
+from specsim.cost_models.catalog import KVSizes, get_hardware, get_model, get_precision
 from specsim.cost_models.errors import CatalogError
 from specsim.cost_models.roofline import ForwardCostModel
 from specsim.errors import ScenarioError
@@ -75,6 +75,13 @@ class Deployment:
         self.tp = int(hw_sec.tensor_parallel)
         limits.check_tensor_parallel(self.tp, self.model.n_heads, self.model.n_kv_heads,
                                      self.model.name)
+        lin = self.model.attention.linear if self.model.attention is not None else None
+        if lin is not None and self.model.layers_of("linear") and (
+                lin.num_key_heads % self.tp or lin.num_value_heads % self.tp):
+            # vLLM's Gated DeltaNet layer shards its key and value heads over the group
+            raise ScenarioError(f"hardware.tensor_parallel: {self.model.name}'s linear-attention "
+                                f"layers have {lin.num_key_heads} key and {lin.num_value_heads} "
+                                f"value heads, which {self.tp} devices cannot split evenly")
         self.n_workers = workers_of(hw_sec.count, self.tp, "hardware.count")
         limits.check_workers(self.n_workers, "hardware.count", devices=hw_sec.count,
                              prefix_cache=bool(sc.kv_cache.prefix_cache),
@@ -271,20 +278,69 @@ class Deployment:
         return pc.CacheConfig(bool(kc.prefix_cache), ps, page_bytes, kc.eviction, tiers,
                               kc.preemption == "swap", swap_tier, bool(kc.layerwise_loading))
 
+    def _kinds_memory(self, drafter: Any) -> tuple[float, float]:
+        """A model with layer kinds (docs/architecture.md, "Layer kinds"): KV bytes per
+        token per device the block pool holds (the full-attention and MLA layers', the
+        drafter's), and the bytes per device set aside before the blocks are counted: for
+        ``scheduler.max_batch`` sequences, each sliding-window layer's KV of window + one
+        block tokens (vLLM's hybrid allocator frees the blocks that slid out of the window,
+        so a sequence holds at most that many) and the linear layers' state, 1 + k copies
+        while speculating (vLLM's MambaManager keeps num_speculative_blocks extra state
+        blocks per request for MTP/EAGLE; a verify of k + 1 tokens writes k + 1 states).
+        ``self.kv_worker``: the per-sequence sizes of one worker (all its devices, target +
+        drafter) that PD transfers move."""
+        sizes = self.target.kv_sizes
+        seqs = int(self.sc.scheduler.max_batch)
+        k = 0
+        if self.speculating:
+            ks = [int(self.sc.speculation.k)]
+            if self.drafter.per_class:
+                ks += [int(m.k) for m in self.drafter.members]
+            k = max(ks)
+        held = min(sizes.window + self.block_size, self.model.max_context) if sizes.window else 0
+        reserve = seqs * (sizes.window_per_token * held + sizes.state_per_seq * (1 + k))
+        per_token = sizes.full_per_token
+        unique = self.model.kv_sizes(self.precision.kv_cache.bytes_per_element, 1)
+        full_w, win_w, state_w = unique.full_per_token, unique.window_per_token, unique.state_per_seq
+        if drafter is not None:
+            d = drafter.cost
+            ds = getattr(d, "kv_sizes", None)
+            per_token += d.kv_bytes_per_token / self.tp
+            full_w += d.kv_bytes_per_token
+            if ds is not None and ds.state_per_seq:
+                reserve += seqs * ds.state_per_seq
+                state_w += ds.state_per_seq * self.tp
+        # a transfer moves each byte once: the unsharded sizes (MLA's latent and a copied
+        # KV head once, not once per device)
+        self.kv_worker = KVSizes(full_w, win_w, unique.window, state_w)
+        return per_token, reserve
+
     def _kv_blocks(self, fraction: float, drafter: Any, explicit: int | None = None) -> int:
         """KV blocks per worker: what ``fraction`` of memory holds after the weights, or the
         scenario's explicit count (``scheduler.kv_blocks`` / vLLM's
         ``num_gpu_blocks_override``), checked against the whole memory after the weights."""
         usable = self.hw.hbm_bytes * fraction
         weights = self.target.weight_bytes_per_device
-        kv_per_token = self.target.kv_bytes_per_token / self.tp
+        self.kv_worker: KVSizes | None = None  # set for a model with layer kinds
         what = f"{self.model.name} ({self.precision.weights.name})"
+        kinds = self.model.attention is not None
+        if kinds:  # layer kinds: the block pool holds the KV that grows with context
+            kv_per_token, reserve = self._kinds_memory(drafter)
+        else:
+            kv_per_token, reserve = self.target.kv_bytes_per_token / self.tp, 0.0
         if drafter is not None:
             weights += drafter.cost.weight_bytes_per_device
-            kv_per_token += drafter.cost.kv_bytes_per_token / self.tp
+            if not kinds:
+                kv_per_token += drafter.cost.kv_bytes_per_token / self.tp
             what += f" + drafter {drafter.model.name}"
         self.kv_bytes_per_token_device = kv_per_token
         self.weight_bytes_device = weights
+        if kinds:
+            weights += reserve  # the windows' and the linear layers' states, set aside
+            what += f" + {reserve / 1e9:.2f} GB of window KV and state per device"
+            if kv_per_token <= 0:  # no KV grows with context: every sequence at full length
+                return max(-(-int(self.sc.scheduler.max_batch) * self.model.max_context
+                             // self.block_size), 2)
         if explicit is not None:
             # like vLLM's override, the count replaces the memory_fraction sizing; it must still
             # fit in the device's memory next to the weights

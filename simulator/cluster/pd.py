@@ -39,7 +39,10 @@ A request's life:
    its KV (a simplification: real engines hold it until the decode side has pulled it).
    A request of one output token is complete there.
 2. Its KV (the prompt's tokens x KV bytes per token: the target's and the drafter's, the
-   engine's ``Deployment.kv_bytes_per_token_device`` x tensor_parallel) goes over the link to
+   engine's ``Deployment.kv_bytes_per_token_device`` x tensor_parallel; for a model with
+   layer kinds ``KVSizes.sequence_bytes`` of ``Deployment.kv_worker``: the full layers' KV
+   per token, the window layers' for at most the window, the linear layers' state once,
+   each byte once however many devices hold a copy) goes over the link to
    a decode worker chosen then by ``decode_router`` (requests already on their way to a
    worker count in its load). Time on the wire = bytes / bandwidth + latency. Contention:
    transfers are serialised first come, first served on a link (a busy-until clock): a link
@@ -242,7 +245,7 @@ class PDLink:
             self.decode_reason[rid] = t.reason_code(reason)
             self.inflight[dw] += 1
             tokens = int(t.kv_len[rid])
-            nbytes = tokens * self.bytes_per_token
+            nbytes = self.link.transfer_bytes(tokens)
             li = 0 if self.shared else pw - self.source.first_wid
             start = max(ready, self.link_free[li])
             wire = nbytes / self.bw
@@ -327,8 +330,10 @@ class PDLink:
         sent = np.isfinite(self.end)
         if (self.tokens[sent] != t.prompt[sent]).any():
             raise AssertionError("a transfer did not carry the prompt's KV")
-        if not np.allclose(self.nbytes[sent], self.tokens[sent] * self.bytes_per_token):
-            raise AssertionError("bytes sent != tokens x KV bytes per token")
+        want = np.array([self.link.transfer_bytes(x) for x in self.tokens[sent]])
+        if not np.allclose(self.nbytes[sent], want.reshape(self.nbytes[sent].shape)):
+            raise AssertionError("bytes sent != the sequence's KV bytes (tokens x KV bytes "
+                                 "per token, + the window's KV and the linear layers' state)")
         if (self.landed & ~sent).any() or (self.start[sent] < self.ready[sent]).any():
             raise AssertionError("a transfer landed unsent or started before its prefill")
         wire = self.nbytes / self.bw

@@ -361,8 +361,12 @@ def mtp_module(target_model):
     MoE layer for an MoE target), and the target's shared full-vocabulary LM head. The
     ModelSpec holds the layer and the head; the projection is ``mtp_projection_params``."""
     moe = None if target_model.moe is None else replace(target_model.moe, first_dense_layers=0)
+    att = target_model.attention
+    if att is not None:  # the module's layer attends in full: MLA (DeepSeek-V3) or gated
+        # full attention (Qwen3-Next / Qwen3.5 MTP, vLLM qwen3_next_mtp.py), never linear
+        att = replace(att, pattern=("mla",) if "mla" in att.pattern else ("gqa",))
     return replace(target_model, name=f"{target_model.name}-mtp-module", n_layers=1, moe=moe,
-                   tied_embeddings=True, mtp_layers=0,
+                   tied_embeddings=True, mtp_layers=0, attention=att,
                    source=f"derived: one MTP module of {target_model.name} (a decoder layer of "
                           "its shape + the 2h -> h projection; embedding and LM head shared)")
 
