@@ -131,3 +131,38 @@ def test_gain_is_oriented_so_above_one_is_better():
         b = m.metric(m.run({"speculation.method": "none"})[0])
         assert m.evaluate({}) == pytest.approx(a / b)
         assert math.isfinite(a) and a > 0
+
+
+def test_capacity_is_the_planners_and_its_tau_break_even_flips_it(monkeypatch):
+    """Rule 7: a plan's answer. The capacity per replica is the planner's own bisection
+    (the same rate ``Planner.plan_one`` finds for the same scenario, tolerance and range);
+    speculation raises it within a TPOT SLO on chat; tau's break-even (re-simulated) puts
+    the two capacities level to the capacity's resolution, and below it no speculation
+    serves more."""
+    from specsim.simulator.planning.plan import Planner
+
+    monkeypatch.setattr(sens, "CAPACITY_DURATION_S", 15.0)
+    slos = {"tpot_p99": 0.02, "ttft_p99": 0.5}  # a TTFT SLO: a queue that grows misses it
+    with sens.Model(CHAT, output="capacity", slos=slos, requests=60) as m:
+        spec = m.capacity(m.settings_overrides({}))
+        planner = Planner(str(CHAT), slos, qps=16 * 5.5, requests=60, rel_tol=sens.CAPACITY_TOL,
+                          first_rate=0.25 * 5.5, duration_s=15.0)  # chat.yaml: 5.5 req/s
+        row = planner.plan_one({"simulation.record_iterations": False})
+        assert spec == pytest.approx(row.replica_rate, rel=1e-12)
+        gain = m.evaluate({})
+        assert gain > 1.02
+        tau = m.input("tau.chat")
+        be = sens.break_even(m, tau)
+        assert be.value is not None and 1.0 < be.value < tau.nominal
+        assert abs(be.gain - 1.0) <= 2 * sens.CAPACITY_TOL + 0.01
+        assert m.evaluate({"tau.chat": 1.05}) < 1.0  # barely accepting: speculation loses
+
+
+def test_capacity_needs_slos_and_a_synthetic_workload(tmp_path, capsys):
+    with pytest.raises(sens.ScenarioError, match="--slo"):
+        sens.Model(CHAT, output="capacity")
+    with pytest.raises(sens.ScenarioError, match="--slo"):
+        sens.Model(CHAT, output="tpot_p99", slos={"tpot_p99": 0.02})
+    rc = main(["sensitivity", str(CHAT), "--output", "capacity", "--slo", "tpot_p99=abc"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "tpot_p99=abc" in err

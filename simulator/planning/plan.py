@@ -159,8 +159,9 @@ class Planner:
 
     def __init__(self, scenario: dict[str, Any], slos: dict[str, float], qps: float,
                  requests: int = 300, rel_tol: float = 0.1, seed: int | None = None,
-                 duration_s: float = 30.0) -> None:
+                 duration_s: float = 30.0, first_rate: float | None = None) -> None:
         self.base, self.slos, self.qps = scenario, slos, qps
+        self.first_rate = first_rate or qps / 64.0  # the bisection's first probe
         self.requests, self.rel_tol, self.seed = requests, rel_tol, seed
         self.duration_s = duration_s  # of arrivals per probe, at least: a steady state, not
         # a burst that drains before a queue can build
@@ -217,7 +218,7 @@ class Planner:
         from specsim.simulator.cluster.engine import USER_ERRORS
 
         try:
-            lo_probe = self.probe(config, self.qps / 64.0)
+            lo_probe = self.probe(config, self.first_rate)
         except USER_ERRORS as exc:  # rule 2: it cannot be built
             row.why = self._without_base(exc)
             return row

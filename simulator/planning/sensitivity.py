@@ -30,6 +30,13 @@ Rules:
    scenario's k (``speculation.acceptance.by_class``); its nominal is the class's tau at k
    under the scenario's profile, and its band the posterior's P10-P90 where the profile has a
    ``.posterior.yaml`` sidecar (``speculation/evidence.py``), else +-15% (assumed).
+7. A plan's answer (``output="capacity"`` with ``slos``): the largest arrival rate one
+   replica sustains within the SLOs, found by the planner's own bisection
+   (``plan.Planner.plan_one``, tolerance ``CAPACITY_TOL``) from a quarter of the scenario's
+   rate up to 16 times it, with the inputs moved; its gain is the scenario's capacity over
+   the versus choice's (above 1: the scenario's choice serves more per replica). This is
+   the number a fleet is sized by: "32.4 against 42.0 req/s per H100" and which input flips
+   it.
 """
 
 from __future__ import annotations
@@ -61,7 +68,19 @@ OUTPUTS: dict[str, tuple[str, str, bool, Any]] = {
                      lambda m: m.cost_usd_per_million_output_tokens),
     "j_per_token": ("energy per output token", "J", False,
                     lambda m: m.energy_j_per_output_token),
+    # rule 7: not a run's metric but the planner's answer, read by ``Model.capacity``
+    "capacity": ("capacity per replica within the SLOs", "req/s", True, None),
 }
+#: capacity (rule 7): the planner's bisection tolerance (finer than plan's 10%: a
+#: break-even on a step function needs it), and the rate range it searches, as multiples
+#: of the scenario's own arrival rate
+CAPACITY_TOL = 0.02
+CAPACITY_RANGE = (0.25, 16.0)
+#: seconds of arrivals per capacity probe at least (the planner's steady-state default)
+CAPACITY_DURATION_S = 30.0
+#: break-even bisection steps for a capacity (each step is a bisection of its own; a gain
+#: within CAPACITY_TOL of 1 is as close as the capacity resolves)
+CAPACITY_BISECT_STEPS = 10
 METHODS = ("oat", "morris", "sobol")
 #: default sample sizes (rule 4): Morris trajectories, Sobol base N (a power of two)
 SAMPLES = {"morris": 8, "sobol": 8}
@@ -261,6 +280,7 @@ class Model:
     overrides: dict[str, Any] | list[str] = field(default_factory=dict)  # as --set gives
     requests: int | None = REQUESTS
     seed: int | None = None
+    slos: dict[str, float] | None = None  # rule 7: the SLOs a capacity is measured within
 
     def __post_init__(self) -> None:
         from specsim.simulator.api import build_trace, in_file, load_scenario
@@ -270,6 +290,9 @@ class Model:
         if self.output not in OUTPUTS:
             raise ScenarioError(f"--output {self.output}: expected one of "
                                 f"{', '.join(OUTPUTS)}")
+        if (self.output == "capacity") != bool(self.slos):
+            raise ScenarioError("--slo: a capacity (--output capacity) is measured within SLOs "
+                                "(e.g. --slo tpot_p99=0.02), and only a capacity is")
         prefer_compiled()  # many runs in one process: the compile pays for itself
         from specsim.simulator.scenario.config import parse_override
 
@@ -288,6 +311,10 @@ class Model:
             self.dep = Deployment(sc, self.base_dir)
             self.trace = build_trace(sc, self.base_dir, self.dep.model.max_context)
         self.sc, self.origin = sc, origin
+        if self.output == "capacity" and not (sc.workload or {}).get("synthetic"):
+            raise ScenarioError(f"{origin}: workload: a capacity is found by varying the "
+                                "synthetic arrival rate (workload.synthetic); this scenario "
+                                "replays a trace")
         if self.versus is not None and not self.dep.speculating \
                 and self.versus.get("speculation.method") == "none":
             self.versus = None  # nothing to compare: the scenario does not speculate
@@ -381,6 +408,27 @@ class Model:
             self._cache[key] = (RunMetrics.from_summary(res.metrics), res.requests)
         return self._cache[key]
 
+    def capacity(self, extra: dict[str, Any]) -> float:
+        """Rule 7: the planner's capacity per replica with ``extra`` applied (cached by its
+        overrides; NaN where even the lowest rate misses an SLO)."""
+        from specsim.simulator.planning.plan import Planner
+
+        over = {k: v for k, v in {**self.base, **extra}.items()
+                if k != "workload.max_requests"}  # the planner sizes each probe itself
+        key = ("capacity", repr(sorted(over.items(), key=lambda kv: kv[0])))
+        if key not in self._cache:
+            rate = float(self.sc.workload["synthetic"]["arrival"]["rate"])
+            lo, hi = CAPACITY_RANGE
+            planner = Planner(self.scenario, self.slos, qps=hi * rate,
+                              requests=int(self.requests or REQUESTS),
+                              rel_tol=CAPACITY_TOL, seed=self.seed, first_rate=lo * rate,
+                              duration_s=CAPACITY_DURATION_S)
+            row = planner.plan_one(over)
+            self.runs += row.probes
+            self._cache[key] = (float(row.replica_rate) if row.replica_rate is not None
+                                else math.nan)
+        return self._cache[key]
+
     def metric(self, m: Any) -> float:
         v = OUTPUTS[self.output][3](m)
         return math.nan if v is None else float(v)
@@ -390,12 +438,13 @@ class Model:
         """The output with ``settings`` applied (rule 1)."""
         settings = settings or {}
         extra = extra or {}
-        a = self.metric(self.run({**extra, **self.settings_overrides(settings)})[0])
+        one = self.capacity if self.output == "capacity" else (
+            lambda over: self.metric(self.run(over)[0]))
+        a = one({**extra, **self.settings_overrides(settings)})
         if not self.is_gain:
             return a
         spec_v = self.versus.get("speculation.method", "x") != "none"
-        b = self.metric(self.run({**extra, **self.settings_overrides(settings, spec_v),
-                                  **self.versus})[0])
+        b = one({**extra, **self.settings_overrides(settings, spec_v), **self.versus})
         higher = OUTPUTS[self.output][2]
         num, den = (a, b) if higher else (b, a)
         return num / den if den > 0 else math.nan
@@ -437,8 +486,11 @@ def fmt_value(inp: Input, v: float) -> str:
     return f"{v:.4g} {inp.unit}" if inp.unit in ("W", "tokens/step") else f"{v:.4g}"
 
 
-def break_even(model: Model, inp: Input, steps: int = BISECT_STEPS) -> BreakEven:
-    """The input's value where the gain is 1, by bisection with re-simulation (rule 5)."""
+def break_even(model: Model, inp: Input, steps: int | None = None) -> BreakEven:
+    """The input's value where the gain is 1, by bisection with re-simulation (rule 5;
+    fewer steps for a capacity, whose own resolution is ``CAPACITY_TOL``)."""
+    if steps is None:
+        steps = CAPACITY_BISECT_STEPS if model.output == "capacity" else BISECT_STEPS
     if not model.is_gain:
         return BreakEven(None, reason="no second choice to break even with (--absolute)")
     before = model.runs

@@ -22,7 +22,12 @@ def add_sensitivity_command(sub) -> None:
     p.add_argument("scenario", help="scenario YAML file")
     p.add_argument("--output", default="tpot_p99",
                    help="tpot_mean, tpot_p50, tpot_p99, ttft_p99, e2e_p99, goodput, "
-                        "throughput, usd_per_mtok, j_per_token (default tpot_p99)")
+                        "throughput, usd_per_mtok, j_per_token, or capacity (the largest "
+                        "rate one replica sustains within --slo, as the planner finds it; "
+                        "default tpot_p99)")
+    p.add_argument("--slo", action="append", default=[], metavar="NAME=SECONDS",
+                   help="with --output capacity: an SLO the capacity is measured within "
+                        "(repeatable; names as specsim plan's --slo, e.g. tpot_p99=0.02)")
     p.add_argument("--method", default="oat", help="oat (tornado only, default), morris "
                    "or sobol (joint indices as well)")
     p.add_argument("--samples", type=flags.positive_int, default=None,
@@ -71,8 +76,11 @@ def cmd_sensitivity(args: argparse.Namespace) -> int:
         check_folder(out, args.force)
     t0 = time.perf_counter()
     versus = None if args.absolute else parse_versus(args.versus)
+    from specsim.simulator.planning.plan import parse_slos
+
+    slos = parse_slos(args.slo) if args.slo else None
     with sens.Model(args.scenario, output=args.output, versus=versus, overrides=args.set,
-                    requests=args.requests, seed=args.seed) as model:
+                    requests=args.requests, seed=args.seed, slos=slos) as model:
         if versus is not None:  # a mistyped --versus value: one line before the analysis
             model.run(dict(versus))
         an = sens.analyse(model, args.method, args.samples)
