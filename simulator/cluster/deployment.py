@@ -322,6 +322,7 @@ class Deployment:
         usable = self.hw.hbm_bytes * fraction
         weights = self.target.weight_bytes_per_device
         self.kv_worker: KVSizes | None = None  # set for a model with layer kinds
+        kind_note = ""
         what = f"{self.model.name} ({self.precision.weights.name})"
         kinds = self.model.attention is not None
         if kinds:  # layer kinds: the block pool holds the KV that grows with context
@@ -337,7 +338,8 @@ class Deployment:
         self.weight_bytes_device = weights
         if kinds:
             weights += reserve  # the windows' and the linear layers' states, set aside
-            what += f" + {reserve / 1e9:.2f} GB of window KV and state per device"
+            kind_note = (f" + {reserve / 1e9:.1f} GB of sliding-window KV and linear-attention "
+                         f"state for scheduler.max_batch sequences")
             if kv_per_token <= 0:  # no KV grows with context: every sequence at full length
                 return max(-(-int(self.sc.scheduler.max_batch) * self.model.max_context
                              // self.block_size), 2)
@@ -359,10 +361,13 @@ class Deployment:
             return int(explicit)
         if weights >= usable:
             raise CatalogError(
-                f"model: {what} needs {weights / 1e9:.1f} GB of weights per device at "
+                f"model: {what} needs {self.weight_bytes_device / 1e9:.1f} GB of weights"
+                f"{kind_note} per device at "
                 f"tensor_parallel={self.tp}, but {self.hw.name} has {self.hw.hbm_bytes / 1e9:.0f} "
                 f"GB x memory_fraction {fraction:g} = {usable / 1e9:.1f} GB usable; raise "
-                "tensor_parallel, quantize, or pick a larger accelerator")
+                "tensor_parallel, quantize, "
+                + ("lower scheduler.max_batch or speculation.k, " if kind_note else "")
+                + "or pick a larger accelerator")
         blocks = int((usable - weights) // (kv_per_token * self.block_size))
         if blocks < 2:
             raise CatalogError(f"model: {what} leaves no room for the KV cache on {self.hw.name} "

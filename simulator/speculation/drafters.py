@@ -642,8 +642,11 @@ def eagle_head(target_model, layers: int = 1):
     """
     inter = target_model.intermediate_size or (target_model.moe.expert_intermediate_size
                                                 * target_model.moe.top_k)
+    # attention=None: the head's layers attend in full (a Llama-style layer of the target's
+    # heads), whatever kinds the target's own layers are (docs/architecture.md, Layer kinds)
     return replace(target_model, name=f"{target_model.name}-draft-head", n_layers=layers,
                    moe=None, intermediate_size=inter, tied_embeddings=True, mtp_layers=0,
+                   attention=None,
                    vocab_size=min(target_model.vocab_size, EAGLE3_DRAFT_VOCAB),
                    source=f"derived: {layers} decoder layer(s) of {target_model.name} + LM head "
                           f"over a {EAGLE3_DRAFT_VOCAB}-token draft vocabulary (EAGLE-3)")
