@@ -22,8 +22,9 @@ Acceptance (workload class chat; each profile names its source):
   8 drafts, UltraChat, NVFP4 target); k=8 as measured, k=15 (the seeds' block of 16) with
   the 8th position's conditional rate held beyond it (derived).
 
-DFlash's drafter: z-lab/Qwen3.6-35B-A3B-DFlash's config.json (8 Qwen3 layers, hidden 2048,
-32 heads, 4 KV heads of 128, intermediate 6144, vocabulary 248320), one pass over the block.
+DFlash's drafter: the catalog's Qwen3.6-35B-A3B-DFlash (z-lab's config.json: 8 Qwen3 layers,
+hidden 2048, 32 heads, 4 KV heads of 128, intermediate 6144, vocabulary 248320), one pass over
+the block.
 
     python benchmarks/moe_drafters.py [--clients 1,2,4,8,16,32,64] [--requests 160] [--write]
 
@@ -45,20 +46,8 @@ SCENARIO = REPO / "scenarios" / "moe_mtp_eagle3_dflash.yaml"
 #: the real target (catalog entry, with its sources) on a group its bf16 weights fit
 TARGET = {"model": "Qwen3.6-35B-A3B", "hardware.count": 2, "hardware.tensor_parallel": 2}
 
-#: z-lab/Qwen3.6-35B-A3B-DFlash (revision 42d3b34) config.json, as printed in
-#: vllm-project/speculators issue #761 and asserted by a public parser test: 8 layers of
-#: Qwen3 shape; the block's embedding and LM head are the target's (counted once here, as the
-#: drafter's tied head); the fc projection of 5 target layers' hidden states (5h -> h, 21M
-#: parameters) is not modelled
-DFLASH_DRAFTER = {
-    "name": "Qwen3.6-35B-A3B-DFlash", "n_layers": 8, "hidden_size": 2048, "n_heads": 32,
-    "n_kv_heads": 4, "head_dim": 128, "intermediate_size": 6144, "vocab_size": 248320,
-    "tied_embeddings": True, "max_context": 262144, "params_b": 0, "moe": None,
-    "mtp_layers": 0, "native_weight_format": "bf16", "tokenizer": "qwen3.5",
-    "source": "z-lab/Qwen3.6-35B-A3B-DFlash config.json (HF, revision 42d3b34; printed in "
-              "vllm-project/speculators issue #761): num_hidden_layers 8, hidden_size 2048, "
-              "num_attention_heads 32, num_key_value_heads 4, head_dim 128, intermediate_size "
-              "6144, vocab_size 248320, block_size 16"}
+#: z-lab/Qwen3.6-35B-A3B-DFlash: the catalog entry (its config.json, cited there)
+DFLASH_DRAFTER = "Qwen3.6-35B-A3B-DFlash"
 
 DFLASH_ACC = {"profile": "qwen3.6-35b-a3b-dflash-vllm"}
 METHODS = {

@@ -217,3 +217,25 @@ def test_window_layers_reserve_window_plus_one_block_per_sequence():
 def test_linear_heads_must_split_over_tensor_parallel():
     with pytest.raises(ScenarioError, match="hardware.tensor_parallel"):
         _deploy("Qwen3.6-35B-A3B", 32)
+
+
+def test_pd_transfer_moves_each_sequences_bytes_once():
+    """A disaggregated run of a hybrid model: every transfer carries the prompt's full-layer
+    KV plus the linear layers' state once (sequence_bytes of the unsharded sizes)."""
+    from specsim import run_scenario
+
+    res = run_scenario(ROOT / "scenarios" / "pd_disaggregated.yaml", overrides={
+        "model": "Qwen3.6-35B-A3B", "hardware.count": 8, "hardware.tensor_parallel": 2,
+        "disaggregation.prefill.count": 4, "disaggregation.decode.count": 4,
+        "speculation.method": "none", "scheduler.max_batch": 32,
+        "workload.synthetic.requests": 40, "workload.synthetic.arrival.rate": 5.0,
+        "simulation.progress": False})
+    df = res.requests
+    sent = df[df["pd_kv_bytes"] > 0]
+    assert len(sent) > 0
+    m = get_model("Qwen3.6-35B-A3B")
+    s = m.kv_sizes(BF16, 1)  # each byte once
+    want = sent["prompt_tokens"] * s.full_per_token + s.state_per_seq
+    assert np.allclose(sent["pd_kv_bytes"], want)
+    # the state is the larger part of a 2k-token prompt's transfer on this model
+    assert s.state_per_seq > 1000 * s.full_per_token
