@@ -10,7 +10,7 @@ many candidate passes can be priced at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -213,11 +213,69 @@ class ForwardCostModel:
         else:
             self._lin_attn_flops_per_token = 0.0
 
+    def expert_parallel(self, dp_attention: bool = False, skew: float = 1.0) -> None:
+        """Experts split whole over the group's ``tp`` devices (EP size = tp) instead of
+        sharded (docs/architecture.md, "Expert parallelism"); called before the first
+        pricing. Balanced routing (``skew`` 1) leaves every term as it is: a device reads
+        its E/tp experts' share of the touched experts whole, the same bytes as 1/tp of each,
+        and the experts' outputs combine in the all-reduce tensor parallelism already pays.
+        ``skew`` (routed tokens on the busiest device / the mean) prices the busiest device,
+        which every step waits for: its routed-expert FLOPs x skew, and the experts it
+        touches as if each were skew x as likely (E(1 - (1 - skew top_k / E)^T): at most all
+        of them). ``dp_attention``: each device attends its own sequences (attention, dense
+        MLP and shared-expert weights copied on every device; KV, MLA's latent included,
+        split by sequence), and each MoE layer dispatches and combines tokens by all-to-all
+        (``all_to_all_bytes``) instead of the all-reduces."""
+        if self._params is not None:
+            raise RuntimeError("expert_parallel: call before the first pricing")
+        m, tp = self.model, self.tp
+        if m.moe is None or tp < 2:
+            return
+        self.ep, self.dp_attention, self.routing_skew = tp, bool(dp_attention), float(skew)
+        w_b = self.prec.weights.bytes_per_element
+        if skew != 1.0:
+            routed = 2.0 * m.n_moe_layers * m.moe.top_k * m.expert_params / tp
+            self._lin_flops_per_token += (skew - 1.0) * routed
+            self._moe_miss = 1.0 - min(skew * m.moe.top_k / m.moe.n_experts, 1.0)
+        if not dp_attention:
+            return
+        copied = (m.attn_params + m.n_dense_layers * m.dense_mlp_params
+                  + m.n_moe_layers * m.moe_always_params_per_layer)
+        self._dense_weight_bytes += copied * w_b * (1.0 - 1.0 / tp)
+        self._extra_resident = copied * w_b * (1.0 - 1.0 / tp)
+        u = m.kv_sizes(self.prec.kv_cache.bytes_per_element, 1)  # each device: its sequences
+        self.kv_sizes = replace(u, full_per_token=u.full_per_token / tp,
+                                window_per_token=u.window_per_token / tp,
+                                state_per_seq=u.state_per_seq / tp)
+        if m.attention is not None:
+            self.kv_bytes_per_token = self.kv_sizes.per_token * tp
+            self._kv_bytes_per_ctx = self.kv_sizes.full_per_token
+            if self._win_kv_bytes_per_ctx:
+                self._win_kv_bytes_per_ctx = self.kv_sizes.window_per_token
+            self._state_bytes_per_seq = self.kv_sizes.state_per_seq
+        link = self.hw.link_bw * self.cal.allreduce_bw_eff
+        lat = (self.cal.allreduce_latency_s if self.cal.allreduce_latency_s is not None
+               else self.hw.link_latency_s)
+        self._a2a_bytes_per_token = (m.n_moe_layers * 2.0 * m.moe.top_k * m.hidden_size
+                                     * self.prec.activations.bytes_per_element
+                                     * (tp - 1) / (tp * tp))
+        self._comm_per_token = self._a2a_bytes_per_token * skew / link
+        self._comm_fixed = 2 * m.n_moe_layers * lat
+
+    def all_to_all_bytes(self, tokens):
+        """Bytes each device sends per pass of ``tokens`` tokens under dp_attention: per MoE
+        layer, its tokens / ep dispatched to top_k experts and combined back, the share
+        (ep - 1) / ep of them remote: n_moe x 2 x (T / ep) x top_k x hidden x act bytes x
+        (ep - 1) / ep (0 without dp_attention)."""
+        return getattr(self, "_a2a_bytes_per_token", 0.0) * np.asarray(tokens, dtype=float)
+
     # ------------------------------------------------------------------ memory
     @property
     def weight_bytes_per_device(self) -> float:
-        """Resident weights on each device of the group (embeddings included)."""
-        return self.model.total_params * self.prec.weights.bytes_per_element / self.tp
+        """Resident weights on each device of the group (embeddings included; with
+        dp_attention the copied attention, dense MLP and shared-expert weights)."""
+        return (self.model.total_params * self.prec.weights.bytes_per_element / self.tp
+                + getattr(self, "_extra_resident", 0.0))
 
     def experts_touched(self, tokens):
         """Expected distinct experts per MoE layer hit by ``tokens`` routed tokens

@@ -90,6 +90,7 @@ class Deployment:
         self.precision = get_precision(sc.quantization.model_dump(), "quantization")
         self.target = ForwardCostModel(self.model, self.hw, self.tp, self.precision,
                                        self.calibration)
+        self._expert_parallel(hw_sec)
         if self.target.linear_dtype != self.precision.compute_dtype:
             self.notes.append(f"{self.hw.name} has no {self.precision.compute_dtype} peak: linear "
                               f"layers priced at its {self.target.linear_dtype} peak")
@@ -142,6 +143,31 @@ class Deployment:
                                    else f" ({self.hw.name}'s catalog gives the other)"))
         self.peak_flops = self.target.linear_peak
         self.hbm_bw = self.hw.hbm_bw
+
+    def _expert_parallel(self, hw: Any) -> None:
+        """``hardware.expert_parallel`` / ``dp_attention`` / ``routing_skew`` checked and
+        handed to the target's cost model (``ForwardCostModel.expert_parallel``)."""
+        m = self.model
+        if not hw.expert_parallel:
+            for key, off in (("dp_attention", False), ("routing_skew", 1.0)):
+                if getattr(hw, key) != off:
+                    raise ScenarioError(f"hardware.{key}: needs hardware.expert_parallel: true "
+                                        f"(got {getattr(hw, key)!r} without it)")
+            return
+        if m.moe is None:
+            raise ScenarioError(f"hardware.expert_parallel: {m.name} has no experts (a dense "
+                                "model); remove it")
+        if m.moe.n_experts % self.tp:
+            raise ScenarioError(f"hardware.tensor_parallel: {m.name}'s {m.moe.n_experts} experts "
+                                f"do not split evenly over {self.tp} expert-parallel devices")
+        self.target.expert_parallel(bool(hw.dp_attention), float(hw.routing_skew))
+        if self.tp > 1:
+            self.notes.append(
+                f"expert parallel over {self.tp} devices ({m.moe.n_experts // self.tp} experts "
+                f"each)" + (", attention data-parallel, all-to-all per MoE layer"
+                            if hw.dp_attention else "")
+                + (f", routing skew {hw.routing_skew:g} (the busiest device priced)"
+                   if hw.routing_skew != 1.0 else ""))
 
     @property
     def speculating(self) -> bool:
@@ -338,8 +364,9 @@ class Deployment:
         self.weight_bytes_device = weights
         if kinds:
             weights += reserve  # the windows' and the linear layers' states, set aside
-            kind_note = (f" + {reserve / 1e9:.1f} GB of sliding-window KV and linear-attention "
-                         f"state for scheduler.max_batch sequences")
+            if reserve > 0:
+                kind_note = (f" + {reserve / 1e9:.1f} GB of sliding-window KV and "
+                             "linear-attention state for scheduler.max_batch sequences")
             if kv_per_token <= 0:  # no KV grows with context: every sequence at full length
                 return max(-(-int(self.sc.scheduler.max_batch) * self.model.max_context
                              // self.block_size), 2)

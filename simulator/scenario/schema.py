@@ -78,6 +78,16 @@ class Hardware(Section):
     tensor_parallel: Int(1, MAX_DEVICES) = Field(1, description="devices per worker")
     memory_fraction: Float(0.0, 1.0, exclusive_lo=True) = Field(
         0.90, description="share of HBM the engine may use (weights + KV)")
+    expert_parallel: Bool = Field(
+        False, description="MoE: each expert whole on one of the worker's tensor_parallel "
+                           "devices (EP size = tensor_parallel) instead of sharded over them")
+    dp_attention: Bool = Field(
+        False, description="attention data-parallel over the worker's devices (each its own "
+                           "sequences, weights copied), experts by all-to-all; needs "
+                           "expert_parallel")
+    routing_skew: Float(1.0, 64.0) = Field(
+        1.0, description="routed tokens on the busiest expert-parallel device / the mean "
+                         "(1: balanced, as with EPLB)")
 
 
 class Quantization(Section):
