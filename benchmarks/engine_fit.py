@@ -42,6 +42,7 @@ from specsim.cost_models.calibrate.engine_fit import (  # noqa: E402
     operator_tables_values,
     stage_step_s,
     unreachable,
+    with_prompt_cache,
     workload_of,
 )
 from specsim.cost_models.calibrate.profiles import write_profile  # noqa: E402
@@ -121,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     from specsim.simulator.validation.measured import load_vllm_run, run_files
     from specsim.simulator.validation.stage_samples import stage_samples
 
-    samples = [s for f in run_files(args.data) for s in stage_samples(load_vllm_run(f))
+    runs = [load_vllm_run(f) for f in run_files(args.data)]
+    # the runs' prompts repeat (100 distinct ones each) and vLLM v1 caches them by default:
+    # each stage's prefill is the tokens its prefix cache does not hold (engine_fit.
+    # with_prompt_cache; docs/fidelity.md, "The engine's rhythm")
+    samples = [s for r in runs for s in with_prompt_cache(stage_samples(r), r)
                if s.hardware == FITTED_ON]
     path = BUNDLED / f"{FITTED_ON}.yaml"
     doc = yaml.safe_load(path.read_text())
@@ -177,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     today = dt.date.today().isoformat()
     n_fit = int((~out).sum())
     section = {"source": RUNS_SOURCE, "date": today, "parameters": list(STACK_PARAMS),
+               "prompts_cached": ("each run sends 100 distinct prompts in turn (inference-perf "
+                                  "shared_prefix: prompt data_index mod 100, engine_fit."
+                                  "prompt_period) and vLLM v1 caches prefixes by default: each "
+                                  "stage's prefill is priced without its cached full blocks "
+                                  "(mean cached tokens per stage: "
+                                  + ", ".join(f"{s.label[16:]} {s.cached_tokens:.0f}"
+                                              for s in samples) + ")"),
                "not_fitted_to": {
                    "stages": [s.label for s, o in zip(samples, out, strict=True) if o],
                    "why": ("unreachable: priced with every engine-stack parameter at its "

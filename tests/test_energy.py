@@ -133,7 +133,7 @@ def test_phases_add_up_to_the_run_energy_and_idle_is_at_idle_power(pair):
         assert sum(e["energy_fraction"] for e in ph.values()) == pytest.approx(1.0)
         T, busy = m["simulated_time_s"], m["busy_fraction"]
         idle_s = (1.0 - busy) * T * fleet["devices"]
-        assert idle_s > 1.0  # a light load: the GPU waits for arrivals
+        assert idle_s > 0.5  # a light load: the GPU waits for arrivals
         assert ph["idle"]["device_seconds"] == pytest.approx(idle_s, rel=1e-9)
         assert ph["idle"]["energy_j"] == pytest.approx(idle_s * IDLE, rel=1e-9)
         busy_s = sum(e["device_seconds"] for p, e in ph.items() if p != "idle")

@@ -29,6 +29,8 @@ def scenario(pd: bool = True, **dis) -> dict:
         "router": {"policy": "least_loaded"},
         "workload": {},
         "simulation": {"progress": False},
+        # the pools' own timing is the subject: the engine's output rhythm is left out
+        "engine": {"output_lag_steps": 0.0},
     }
     if pd:
         sc["disaggregation"] = {"prefill": {"count": 1}, "decode": {"count": 1},

@@ -51,13 +51,15 @@ def test_break_even_of_tau_makes_the_two_choices_equal():
 
 def test_break_even_of_a_cost_parameter_is_continuous():
     """A time parameter moves the step times continuously: the gain at its break-even is 1
-    to the bisection's tolerance."""
-    with sens.Model(CHAT, output="tpot_mean", requests=100) as m:
+    to the bisection's tolerance (chat at 40 req/s: batches large enough for a drafter
+    pass's floor to cancel the gain inside the search range)."""
+    busy = {"workload.synthetic.arrival.rate": 40.0}
+    with sens.Model(CHAT, output="tpot_mean", requests=100, overrides=busy) as m:
         inp = m.input("draft_pass_overhead_s")
         be = sens.break_even(m, inp)
     assert be.value is not None and inp.lo_bound < be.value < inp.hi_bound
     assert not be.within_band  # chat's band (+-50%) does not reach it
-    with sens.Model(CHAT, output="tpot_mean", requests=100) as fresh:
+    with sens.Model(CHAT, output="tpot_mean", requests=100, overrides=busy) as fresh:
         assert abs(fresh.evaluate({inp.name: be.value}) - 1.0) < 2e-3
 
 

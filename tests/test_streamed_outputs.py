@@ -117,7 +117,7 @@ def test_rows_held_in_memory_never_exceed_a_chunk(tmp_path, monkeypatch):
         held.append((self._n, len(self._buf)))
 
     monkeypatch.setattr(Metrics, "rows_added", spy)
-    assert main(["run", str(CHAT), "--quiet", "--set", "workload.synthetic.requests=400",
+    assert main(["run", str(CHAT), "--quiet", "--set", "workload.synthetic.requests=500",
                  "--out", str(tmp_path / "o"), "--no-report"]) == 0
     rows = len(iteration_log.read_log(tmp_path / "o"))
     start = len(Metrics()._buf)  # the buffer's initial capacity (4096 rows)

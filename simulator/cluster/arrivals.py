@@ -9,6 +9,8 @@ times are written as they happen.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from specsim.simulator.cluster import requests as rq
@@ -55,6 +57,7 @@ class ClosedLoop:
         self.sent = 0
         self.client_of = np.full(sim.table.n, -1, np.int64)
         self._think = [np.random.default_rng([seed, 0xC11E, c]) for c in range(spec.clients)]
+        self._steps_seen, self._step_sum = 0, 0.0  # finished requests' mean decode step
         sim.table.arrival[:] = np.inf  # written when each request is sent
 
     def process(self):
@@ -83,11 +86,33 @@ class ClosedLoop:
         if sim.table.status[rid] == rq.REJECTED:
             self._after(c)
 
-    def _after(self, c: int) -> None:
+    def _after(self, c: int, seen_after: float = 0.0) -> None:
         think = 0.0
         if self.spec.think_time is not None:
             think = float(self.spec.think_time.sample(self._think[c], 1)[0])
+        if seen_after > 0:  # the client thinks once it has seen the last token
+            think = seen_after + think
         self.sim.env.process(self._later(c, think))
+
+    def _seen_after(self, rid: int) -> float:
+        """How long after the engine finishes request ``rid`` its client sees the last
+        token: the engine's output rhythm (``engine.output_lag_steps`` of its own decode
+        steps + ``engine.output_delay_s``, as ``metrics.collector.deliver`` reports it; a
+        request without decode steps takes the mean step of those finished before it)."""
+        eng = self.sim.sc.engine
+        lag, delay = float(eng.output_lag_steps), float(eng.output_delay_s)
+        if lag == 0.0 and delay == 0.0:
+            return 0.0
+        t = self.sim.table
+        n = int(t.steps[rid])
+        if n > 0:
+            step = (float(t.finish[rid]) - float(t.first_token[rid])) / n
+            self._steps_seen += 1
+            self._step_sum += step
+        else:
+            k = self._steps_seen
+            step = self._step_sum / k if k else 0.0
+        return lag * step + delay if math.isfinite(step) else delay
 
     def _later(self, c: int, delay: float):
         if delay > 0:
@@ -98,7 +123,9 @@ class ClosedLoop:
         return float("inf") if i >= self.sim.table.n else float("nan")
 
     def on_done(self, rows: np.ndarray) -> None:
+        t = self.sim.table
         for rid in rows.tolist():
             c = int(self.client_of[rid])
             if c >= 0:
-                self._after(c)
+                done = t.status[rid] != rq.REJECTED
+                self._after(c, self._seen_after(rid) if done else 0.0)

@@ -288,7 +288,7 @@ class Simulation:
                 w.sync(end, strict=True)
         eng, t = self.sc.engine, self.table  # the output path's rhythm (collector.deliver)
         t.first_token, t.finish = deliver(t.first_token, t.finish, t.generated,
-                                          eng.output_lag_steps, eng.output_delay_s)
+                                          eng.output_lag_steps, eng.output_delay_s, t.steps)
 
     def arrived(self) -> np.ndarray:
         """The requests that arrived in the run (one rule for the summary and the checks):

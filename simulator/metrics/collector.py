@@ -192,21 +192,27 @@ def tpot(first_token: np.ndarray, finish: np.ndarray, generated: np.ndarray) -> 
 
 
 def deliver(first_token: np.ndarray, finish: np.ndarray, generated: np.ndarray,
-            lag_steps: float, delay_s: float) -> tuple[np.ndarray, np.ndarray]:
+            lag_steps: float, delay_s: float, steps: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
     """When the client sees each request's first and last token: ``lag_steps`` engine steps
     plus ``delay_s`` after the step that made it (``engine.output_lag_steps`` and
     ``engine.output_delay_s``: vLLM v1 hands a step's tokens to a separate output process
     that detokenises and streams them while the next steps run).
 
-    A step is priced at the request's own mean decode step (its TPOT), so every token moves
-    by the same amount and TPOT is unchanged; a request with no TPOT (one token, or still
-    decoding) takes the mean over those that have one. Both zero returns the arrays
-    themselves, bit for bit. Applied once the run has ended, so a closed-loop client still
+    A step is priced at the request's own mean decode step: (finish - first token) over its
+    decode steps where ``steps`` gives them (with speculation a step makes several tokens,
+    so its step is longer than its TPOT), else its TPOT; every token moves by the same
+    amount and TPOT is unchanged; a request with neither (one token, or still decoding)
+    takes the mean over those that have one. Both zero returns the arrays themselves, bit
+    for bit. Applied once the run has ended, so a closed-loop client still
     sends its next request at the unshifted finish (the lag is not fed back into arrivals).
     """
     if lag_steps == 0.0 and delay_s == 0.0:
         return first_token, finish
     step = tpot(first_token, finish, generated)
+    if steps is not None:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            step = np.where(steps > 0, (finish - first_token) / np.maximum(steps, 1), step)
     known = np.isfinite(step)
     step = np.where(known, step, float(step[known].mean()) if known.any() else 0.0)
     shift = lag_steps * step + delay_s

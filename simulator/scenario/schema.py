@@ -433,6 +433,17 @@ class Scheduler(Section):
         return _policy_params(self, BATCH_SCHEDULERS, "batch scheduler")
 
 
+#: vLLM v1's output rhythm, in engine steps (``engine.output_lag_steps``' default): fitted to
+#: the 16 load stages of the 8 shared vLLM v0.15.1 runs on H100 (benchmarks/fidelity.py,
+#: 2026-12-06: closed-form least squares of the relative TTFT mean error of the replays made
+#: without it; 1.64-1.97 with each model or workload left out). About one step is async
+#: scheduling (on by default in vLLM v1 since vllm#27614: the scheduler runs one step ahead,
+#: vllm#19970, so a request that arrives while a step runs waits for the step already
+#: scheduled), the rest the output path (engine core output processing, detokenise, stream);
+#: docs/fidelity.md, "The engine's rhythm"
+VLLM_OUTPUT_LAG_STEPS = 1.64
+
+
 class Engine(Section):
     """The serving engine's own flag names (vLLM's), mapped onto the keys above: giving a
     setting both ways with different values is an error (see ``ENGINE_KEYS``); and its output
@@ -455,9 +466,12 @@ class Engine(Section):
                           "turns it on by default; specsim's default stays off, so give it "
                           "to match an engine that caches)")
     output_lag_steps: Float(0.0, 16.0) = Field(
-        0.0, description="engine steps between the step that makes a token and the client "
-                         "seeing it (output processing overlapped with the next steps); "
-                         "moves TTFT and E2E, not TPOT (0: not modelled)")
+        VLLM_OUTPUT_LAG_STEPS,
+        description="engine steps between the step in flight when a token could first be "
+                    "made and the client seeing it (vLLM v1: async scheduling's step "
+                    "already scheduled, then output processing, detokenise, stream); moves "
+                    "TTFT and E2E, not TPOT. Default: vLLM v1's, fitted to the shared vLLM "
+                    "runs (1.64); 0: not modelled")
     output_delay_s: Float(0.0, 10.0) = Field(
         0.0, description="fixed seconds added to every token the client sees (detokenise "
                          "and stream; 0: not modelled)")
