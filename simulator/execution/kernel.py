@@ -272,6 +272,30 @@ class Kernel:
         return self.executor.price(k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc,
                                    seqs, chunks)
 
+    def shape0(self, run, k, match, fixed_k, budget: int, chunked: bool, kv_free: int):
+        """The fcfs step 0 (``kernel_jit._shape``) for ``FcfsScheduler.shape``: ``k`` the
+        policy's draft length per decode row, ``match`` their match chances (None: the
+        drafter proposes always), ``fixed_k`` the policy's fixed k (None: adaptive). A
+        drafter's own ``k_for_width`` (a plug-in's, drafters per class) is asked here."""
+        from specsim.simulator.speculation import drafters as dr
+
+        t, d, kj = self.t, self.drafter, self._kj
+        ro = self._read(t, self.shared)  # (with a prefix cache: the table's kv_shared)
+        ndec = len(k)
+        kfw = -1
+        if ndec and not kj.same(d, dr.Drafter, "k_for_width"):
+            kfw = int(d.k_for_width(int(budget) // ndec))
+        use_m = match is not None
+        with _quiet(self.compiled):
+            return self.fn.shape(
+                np.asarray(run, np.int64), t.kv_len, t.prefill_target, ro[0], t.generated,
+                t.steps, ro[1], t.blocks, -1 if fixed_k is None else int(fixed_k),
+                not use_m, float(d.match_rate), self.widths, self.use_tree, int(budget),
+                bool(chunked), int(kv_free), int(self.bs), np.array(k, np.int64), True,
+                kj.frozen(np.ascontiguousarray(np.broadcast_to(np.asarray(
+                    match, np.float64), (ndec,)))) if use_m else ro[4], use_m, kfw, ro[5],
+                self.shared is not None)
+
     def fused(self, worker):
         """The worker's shape + plan as one compiled call (``_shape_plan_priced``), or None
         where that is not the same as its Python scheduler and kernel: a batch scheduler

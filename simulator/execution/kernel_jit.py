@@ -18,7 +18,8 @@ chunks of a segment (``_plan``, ``_chunk_rows``), pricing (``_evaluate``: the on
 rule, ``cost_models.pass_rule.pass_price``, that the roofline loops too; ``_price``: the
 executor's overheads and
 every bundled drafter's cost, a drafter being a kind and its parameters, ``drafter_data``),
-the fcfs scheduler's step 0 with a static k (``_shape``), and committing (``_commit``: the
+the fcfs scheduler's step 0 (``_shape``: ``FcfsScheduler.shape`` calls it, and the fused
+path with a static k), and committing (``_commit``: the
 request table's columns, the KV pool's held blocks, the ITL gaps, the accepted-length
 histogram, the iteration log's columns by name, and the ledger's accounting ``_account``).
 
@@ -628,11 +629,20 @@ def _times(now, dt, start, end):
 
 @jit
 def _shape(run, kv_len, ptarget, output, generated, tsteps, match_key, blocks, K,
-           proposes_always, match_rate, widths, use_tree, budget, chunked, kv_free, bs):
-    """``FcfsScheduler.shape`` with a static k, a drafter whose match chance is constant
-    and no prefix cache (the reference; the same integer rules): (fits, k, chunk,
-    prefilling, completes, uniform, chunking). ``fits`` False: this step's KV growth needs
-    more blocks than are free, and the Python scheduler must preempt first."""
+           proposes_always, match_rate, widths, use_tree, budget, chunked, kv_free, bs,
+           kpol, use_kpol, mprob, use_mprob, kfw, shared, use_shared):
+    """The fcfs step 0 (``FcfsScheduler.shape`` calls it; ``_shape_plan_priced`` fuses it
+    with the plan): (fits, k, chunk, prefilling, completes, uniform, chunking, grow).
+
+    Decode rows draft the policy's k (``K``, or per decode row ``kpol`` where the policy or
+    drafters per class choose), capped so no step overshoots the output; a lookup drafts
+    only on a match (chance ``match_rate``, or per decode row ``mprob``); drafts shrink to
+    ``kfw`` (the drafter's ``k_for_width`` of the budget per decode row; -1: from the
+    widths) when their verification overflows the budget; prefill rows get chunks of what
+    is left, in admission order. ``grow``: the KV blocks this step's writes need (a row's
+    shared prefix pages, ``shared``, are not its own); ``fits`` False when more than
+    ``kv_free`` (the Python scheduler then frees or preempts). ``K`` < 0: no fixed k, so
+    step 0 is never uniform."""
     B = len(run)
     k0 = np.zeros(B, np.int64)
     chunk = np.zeros(B, np.int64)
@@ -643,17 +653,18 @@ def _shape(run, kv_len, ptarget, output, generated, tsteps, match_key, blocks, K
     for i in range(B):  # decode rows: k capped so no step overshoots; the lookup's draw
         r = run[i]
         if kv_len[r] >= ptarget[r]:
-            ndec += 1
-            kk = min(K, max(output[r] - generated[r] - 1, 0))
-            if not proposes_always and not _uniform(match_key[r], tsteps[r]) <= match_rate:
+            kk = min(kpol[ndec] if use_kpol else K, max(output[r] - generated[r] - 1, 0))
+            if not proposes_always and not _uniform(match_key[r], tsteps[r]) <= (
+                    mprob[ndec] if use_mprob else match_rate):
                 kk = 0
             k0[i] = kk
             dec_tokens += _width(kk, widths, use_tree)
+            ndec += 1
         else:
             pre0[i] = True
     shrunk = False
     if dec_tokens > budget and ndec > 0:  # shrink drafts to fit the budget
-        cap = _k_for_width(budget // ndec, widths, use_tree)
+        cap = _k_for_width(budget // ndec, widths, use_tree) if kfw < 0 else kfw
         dec_tokens = 0
         for i in range(B):
             if not pre0[i]:
@@ -681,10 +692,11 @@ def _shape(run, kv_len, ptarget, output, generated, tsteps, match_key, blocks, K
     for i in range(B):
         if not pre0[i]:
             r = run[i]
-            grow += max(-(-(kv_len[r] + _width(k0[i], widths, use_tree)) // bs) - blocks[r], 0)
-    fixed = not shrunk and B * _width(K, widths, use_tree) <= budget
+            held = kv_len[r] - shared[r] if use_shared else kv_len[r]
+            grow += max(-(-(held + _width(k0[i], widths, use_tree)) // bs) - blocks[r], 0)
+    fixed = K >= 0 and not shrunk and B * _width(K, widths, use_tree) <= budget
     return (grow <= kv_free, k0, chunk, pre0, done0, fixed and all_complete,
-            fixed and not all_complete and chunked)
+            fixed and not all_complete and chunked, grow)
 
 
 @jit
@@ -698,9 +710,10 @@ def _shape_plan_priced(run, S, chunk_ok, kv_free, now, K, budget, chunked,
     ``Worker.loop`` runs it with the Python scheduler): S steps where step 0 is uniform
     (or chunking, with ``chunk_ok``), else one. Returns (fits, multi, pre0, chunking,
     S, m, Ia, Bo, Iv, F); with fits False the rest is empty."""
-    fits, k0, chunk, pre0, done0, uniform, chunking = _shape(
+    fits, k0, chunk, pre0, done0, uniform, chunking, _ = _shape(
         run, kv_len, ptarget, output, generated, tsteps, match_key, blocks, K,
-        proposes_always, match_rate, widths, use_tree, budget, chunked, kv_free, bs)
+        proposes_always, match_rate, widths, use_tree, budget, chunked, kv_free, bs,
+        kv_len, False, alpha_scale, False, -1, shared, use_shared)
     if not fits:
         return (False, False, pre0, False, 0, 0, np.empty((5, 0, 0), np.int64),
                 np.empty((0, 0), np.bool_), np.empty((4, 0), np.int64), np.empty((11, 0)))
@@ -972,8 +985,8 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
 # ------------------------------------------------------------------ the two ways to run them
 
 #: the functions ``kernel.Kernel`` calls
-ENTRY = ("_plan", "_price", "_plan_priced", "_shape_plan_priced", "_times", "_commit",
-         "_account")
+ENTRY = ("_plan", "_price", "_plan_priced", "_shape", "_shape_plan_priced", "_times",
+         "_commit", "_account")
 
 
 def functions(compiled: bool) -> SimpleNamespace:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from specsim.simulator import rng
 from specsim.simulator.cluster import requests as rq
 from specsim.simulator.execution.segment import StepShape
 from specsim.simulator.registry import BATCH_SCHEDULERS
@@ -79,10 +78,6 @@ class BatchScheduler:
         return False
 
 
-_NONE = np.zeros(0, np.int64)  # no prefilling rows
-_NONE.flags.writeable = False
-
-
 @BATCH_SCHEDULERS.register("fcfs")
 class FcfsScheduler(BatchScheduler):
     """First come, first served: admit in arrival order while KV and the batch have room."""
@@ -113,75 +108,28 @@ class FcfsScheduler(BatchScheduler):
         return bool(worker.waiting) and len(worker.run) >= self.max_batch
 
     def shape(self, worker, policy, drafter) -> StepShape:
+        """Step 0: the kernel's fcfs rules (``kernel_jit._shape``, the fused path's own),
+        given what only Python knows: the policy's k and, for a lookup whose chance
+        depends on the row, each decode row's match chance; KV that does not fit is made
+        (cached pages freed, else rows preempted) and the step shaped again."""
         t, kv = worker.table, worker.kv
+        cache = worker.cache
         while True:
             run = worker.run
-            kvlen = t.kv_len[run]
-            target = t.prefill_target[run]
-            decoding = kvlen >= target
-            dec = run[decoding]
-            budget = self.token_budget
-            # draft lengths: the policy's, capped so no step can overshoot the requested output
+            dec = run[t.kv_len[run] >= t.prefill_target[run]]
             k = policy.choose(dec, t)
-            k = np.minimum(k, np.maximum(t.output[dec] - t.generated[dec] - 1, 0))
             if drafter.per_class:  # drafters per class: each row's own drafter's k
                 k = np.minimum(k, drafter.k_cap(dec))
-            if not drafter.proposes_always and len(dec):
-                u = rng.uniform(t.match_key[dec], t.steps[dec].astype(np.uint64))
-                k = np.where(u <= drafter.match_probability(dec, t), k, 0)
-            width = drafter.verify_width(k)
-            dec_tokens = int(width.sum())
-            shrunk = False
-            if dec_tokens > budget and len(dec):  # shrink drafts to fit the budget
-                k = np.minimum(k, drafter.k_for_width(budget // len(dec)))
-                width = drafter.verify_width(k)
-                dec_tokens = int(width.sum())
-                shrunk = True
-            # prefill chunks from what the budget has left, in admission order
-            room = max(budget - dec_tokens, 0)
-            prefilling = ~decoding
-            rem = (target - kvlen)[prefilling] if len(dec) < len(run) else _NONE
-            if not len(rem):  # the commonest case: every row decodes
-                chunk = _NONE
-            elif len(rem) == 1:  # the common case: one new prompt (no array work)
-                r0 = int(rem[0])
-                fits = r0 <= room or (not self.chunked_prefill and not len(dec))
-                chunk = np.array([min(r0, room) if self.chunked_prefill else
-                                  (r0 if fits else 0)], np.int64)
-            elif self.chunked_prefill:
-                chunk = np.minimum(np.maximum(room - (np.cumsum(rem) - rem), 0), rem)
-            else:
-                fits = np.cumsum(rem) <= room
-                fits[:1] |= len(dec) == 0  # a lone long prompt still runs
-                chunk = np.where(fits, rem, 0)
-            # KV growth for this step's writes; preempt the newest rows if blocks run out
-            # (with a prefix cache: free unlocked cached pages first)
-            cache = worker.cache
-            if cache is None:
-                need = kv.blocks_for(t.kv_len[dec] + width) - t.blocks[dec]
-            else:  # a row's shared prefix pages are not among its blocks
-                need = kv.blocks_for(t.kv_len[dec] - t.kv_shared[dec] + width) - t.blocks[dec]
-            grow = int(np.maximum(need, 0).sum())
-            if grow > kv.free and (cache is None or not cache.make_room(grow)):
+            p = (drafter.match_probability(dec, t)
+                 if not drafter.proposes_always and len(dec) else None)
+            fits, kk, ch, prefilling, completes, uniform, chunking, grow = (
+                worker.kernel.shape0(run, k, p, policy.fixed_k, self.token_budget,
+                                     self.chunked_prefill, kv.free))
+            if not fits and (cache is None or not cache.make_room(grow)):
                 worker.preempt(grow - kv.free)
                 continue
-            all_complete = bool((chunk >= rem).all()) if len(rem) else True
-            if not len(rem):  # all decoding: k as chosen, no chunks
-                kk, ch, completes = k, np.zeros(len(run), np.int64), np.zeros(len(run), bool)
-            else:
-                kk = np.zeros(len(run), np.int64)
-                kk[decoding] = k
-                ch = np.zeros(len(run), np.int64)
-                ch[prefilling] = chunk
-                completes = np.zeros(len(run), bool)
-                completes[prefilling] = chunk >= rem
-            fixed = (not shrunk and policy.fixed_k is not None
-                     and len(run) * int(drafter.verify_width(policy.fixed_k)) <= budget)
-            # a prompt left in chunks: later steps give it what the decode rows leave of the
-            # budget, in admission order, as this method would (Kernel.plan, chunked steps)
-            chunking = fixed and not all_complete and self.chunked_prefill
-            return StepShape(run, kk, ch, prefilling, completes, fixed and all_complete,
-                             chunking, budget)
+            return StepShape(run, kk, ch, prefilling, completes, bool(uniform),
+                             bool(chunking), self.token_budget)
 
 
 def make_scheduler(sc) -> BatchScheduler:
