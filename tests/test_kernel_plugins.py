@@ -65,12 +65,14 @@ def test_a_plug_in_scheduler_is_named_in_the_notes_and_gives_the_same_run():
     pd.testing.assert_frame_equal(built_in.requests, plug.requests)  # the same bits
 
 
-@pytest.mark.parametrize("axis", ["drafter", "ledger", "acceptance model"])
+@pytest.mark.parametrize("axis", ["drafter", "cost model", "ledger", "acceptance model"])
 def test_each_hook_gives_the_built_ins_bits(axis, monkeypatch):
     """A plug-in that does what the built-in does, patched in from outside specsim: the
     kernel calls it through its hook (pricing between the compiled plan and its timing; a
     ledger's add after the compiled commit; the acceptance sampler inside the pure-Python
-    plan's loop) and the run is the built-in's, bit for bit, with a note."""
+    plan's loop; a cost model's own overheads combined by the kernel's ``_combine``) and
+    the run is the built-in's, bit for bit, with a note."""
+    from specsim.cost_models.roofline import ForwardCostModel
     from specsim.simulator.execution.ledger import Ledger as BuiltInLedger
     from specsim.simulator.speculation.acceptance import AcceptanceModel
 
@@ -89,6 +91,11 @@ def test_each_hook_gives_the_built_ins_bits(axis, monkeypatch):
         own = SequentialDrafter.cost_steps
         monkeypatch.setattr(SequentialDrafter, "cost_steps",
                             outside(lambda self, *a: own(self, *a)))
+    elif axis == "cost model":
+        for name in ("iteration_overhead", "speculation_overhead"):
+            own = getattr(ForwardCostModel, name)
+            monkeypatch.setattr(ForwardCostModel, name,
+                                outside(lambda self, *a, own=own: own(self, *a)))
     elif axis == "ledger":
         add = BuiltInLedger.add
         monkeypatch.setattr(BuiltInLedger, "add", outside(lambda self, *a: add(self, *a)))

@@ -29,7 +29,7 @@ import operator
 
 import numpy as np
 
-from specsim.simulator.execution.plugins import KERNEL_METHODS, foreign, pricing_plugins
+from specsim.simulator.execution.plugins import KERNEL_METHODS, foreign
 from specsim.simulator.execution.segment import Segment, StepShape
 from specsim.simulator.metrics.iteration_log import ITER, ITER_COLUMNS
 
@@ -184,27 +184,15 @@ class Kernel:
 
     # ------------------------------------------------------------------ plan
     def _price_args(self):
-        """The executor and drafter as data for the compiled pricing, or False where the
-        Python pricing hook prices (a plug-in, drafters per class)."""
+        """The executor and drafter as data for the compiled pricing (``Executor.data``),
+        or False where the Python pricing hook prices (a plug-in, drafters per class)."""
         if self._pricing is None:
             from specsim.simulator.execution.executor import Executor
 
-            kj, ex = self._kj, self.executor
-            tp = kj.cost_params(ex.target) if type(ex) is Executor and kj.same(
-                ex, Executor, "price") and not pricing_plugins(ex) else None
-            dk = kj.drafter_data(ex.drafter) if tp is not None else None
-            if dk is None:
-                self._pricing = False
-            else:
-                c = ex.target.cal
-                cal = kj.frozen([c.engine_fixed_s, c.engine_per_seq_s, c.engine_per_prefill_s,
-                                 c.spec_step_overhead_s, c.spec_seq_overhead_s,
-                                 c.spec_token_overhead_s], np.float64)
-                tree = getattr(ex.drafter, "tree", None)
-                pass_rows = (kj.frozen(tree.pass_rows, np.int64) if tree is not None
-                             else _EMPTY_I)
-                self._pricing = (tp, cal, bool(ex.speculating), bool(ex.overlap), dk[0],
-                                 dk[1], bool(ex.drafter.prefills), pass_rows, dk[2])
+            ex = self.executor
+            self._pricing = (type(ex) is Executor and self._kj.same(ex, Executor, "price",
+                                                                    "data")
+                             and ex.data()) or False
         return self._pricing
 
     def _rows_alpha(self, rows):
@@ -256,19 +244,14 @@ class Kernel:
                         nbytes, dflops, dbytes, tokens, pf_tokens, start, end)
 
     def _price_hook(self, shape, has_pre, k, ctx, Fa, seqs):
-        """The Python executor prices the plan (``Executor.price``), where the kernel has
-        no data for the drafter or cost model (``_price_args``) or samples acceptance in
-        Python: per step (seconds, draft s, verify s, FLOPs, bytes, draft FLOPs, bytes)."""
+        """The executor prices the plan (``Executor.price``: the kernel's ``_price`` where it
+        has data for the drafter and cost model, else their own Python methods), where the
+        kernel has no data for them or samples acceptance in Python: per step (seconds,
+        draft s, verify s, FLOPs, bytes, draft FLOPs, bytes)."""
         tokens, qc, csum, logits, pf_tokens, pf_qc, chunks = Fa
         if self.drafter.per_class:  # drafters per class: whose rows these are
             self.drafter.bind(shape.rows, np.where(shape.prefill, shape.chunk, 0)
                               if has_pre else None)
-        pr = self._price_args()
-        if pr:  # (acceptance sampled in Python; priced as the compiled plan is)
-            out = np.empty((7, len(tokens)))
-            self.fn.price(len(tokens), k.shape[1], k, ctx, tokens, qc, csum, logits, pf_tokens,
-                          pf_qc, seqs, chunks, *pr, out)
-            return tuple(out)
         return self.executor.price(k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc,
                                    seqs, chunks)
 

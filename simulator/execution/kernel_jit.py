@@ -191,16 +191,12 @@ def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunk
     FLOPs, bytes, draft FLOPs, draft bytes). ``cal``: engine fixed / per seq / per prefill
     and speculation per step / per seq / per token overheads; ``scal``: the drafter's own
     scalar (CPU s per lookup, ratio, or seconds per token)."""
-    dt = out[0]
-    dtt = out[1]
     vt = out[2]
     flops = out[3]
     nbytes = out[4]
-    dtf = out[5]
-    dtb = out[6]
-    dtt[:] = 0.0
-    dtf[:] = 0.0
-    dtb[:] = 0.0
+    out[1][:] = 0.0
+    out[5][:] = 0.0
+    out[6][:] = 0.0
     for s in range(S):  # the layer kinds' aggregates: sum_i min(c_i, W), the sequences
         cw = csum[s]
         if tp[21] > 0:
@@ -208,23 +204,42 @@ def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunk
         vt[s], flops[s], nbytes[s] = _evaluate_kinds(tp, tokens[s], qc[s], csum[s], logits[s],
                                                      cw, np.float64(seqs[s]))
     # the drafter's passes (prefill tokens reach it only if it keeps its own KV)
-    _draft(S, B, k, ctx, pf_tokens, pf_qc, dkind, dp, dprefills, pass_rows, scal, dtt, dtf,
-           dtb)
+    _draft(S, B, k, ctx, pf_tokens, pf_qc, dkind, dp, dprefills, pass_rows, scal, out[1],
+           out[5], out[6])
+    _combine(S, B, k, seqs, chunks, cal, speculating, overlap, out[0], out[0], False, out)
+
+
+@jit
+def _combine(S, B, k, seqs, chunks, cal, speculating, overlap, spec_oh, iter_oh, given, out):
+    """An iteration's seconds from its parts, in out (``_price``'s rows): the draft phase
+    (out[1]) plus speculation's own work where a drafter is configured (per step, per
+    decoding row, per drafted token), serial with the target's pass (out[2]) unless the
+    engine overlaps them, plus the engine's CPU work for the batch; the draft phase's
+    FLOPs and bytes (out[5:7]) join the target's (out[3:5]). The overheads are ``cal``'s,
+    or (``given``) a plug-in cost model's own, per step (``spec_oh``, ``iter_oh``)."""
+    dt = out[0]
+    dtt = out[1]
+    vt = out[2]
     for s in range(S):
         if speculating:
-            drafted = 0
-            for i in range(B):
-                drafted += k[s, i]
             rows = seqs[s] - chunks[s]
-            if rows > 0:
+            if given:
+                dtt[s] = dtt[s] + spec_oh[s]
+            elif rows > 0:
+                drafted = 0
+                for i in range(B):
+                    drafted += k[s, i]
                 dtt[s] = dtt[s] + ((cal[3] + cal[4] * rows) + cal[5] * np.float64(drafted))
             else:
                 dtt[s] = dtt[s] + 0.0
         d = _maximum(dtt[s], vt[s]) if overlap else dtt[s] + vt[s]
         sq = np.float64(seqs[s])
-        dt[s] = d + (((cal[0] + cal[1] * sq) + cal[2] * chunks[s]) if sq > 0 else 0.0)
-        flops[s] = flops[s] + dtf[s]
-        nbytes[s] = nbytes[s] + dtb[s]
+        if given:
+            dt[s] = d + iter_oh[s]
+        else:
+            dt[s] = d + (((cal[0] + cal[1] * sq) + cal[2] * chunks[s]) if sq > 0 else 0.0)
+        out[3][s] = out[3][s] + out[5][s]
+        out[4][s] = out[4][s] + out[6][s]
 
 
 # ------------------------------------------------------------------ planning
@@ -985,18 +1000,29 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
 # ------------------------------------------------------------------ the two ways to run them
 
 #: the functions ``kernel.Kernel`` calls
-ENTRY = ("_plan", "_price", "_plan_priced", "_shape", "_shape_plan_priced", "_times",
-         "_commit", "_account")
+ENTRY = ("_plan", "_price", "_combine", "_plan_priced", "_shape", "_shape_plan_priced",
+         "_times", "_commit", "_account")
 
 
 def functions(compiled: bool) -> SimpleNamespace:
     """The kernel's entry points (``ENTRY``, without the underscore): numba's compiled
-    dispatchers, or their pure-Python versions (the same source)."""
-    global _draft_fn
+    dispatchers, or their pure-Python versions (the same source). The last ones made are
+    what Python callers run (``current``)."""
+    global _draft_fn, _fns
     g = globals()
     _draft_fn = _draft if compiled else pure(_draft)  # draft_cost runs as the kernel does
-    return SimpleNamespace(**{name[1:]: g[name] if compiled else pure(g[name])
+    _fns = SimpleNamespace(**{name[1:]: g[name] if compiled else pure(g[name])
                               for name in ENTRY})
+    return _fns
+
+
+_fns = None  # the entry points the last kernel made runs (``functions``)
+
+
+def current() -> SimpleNamespace:
+    """The entry points as this process's kernel runs them, compiled or as Python source
+    (the same bits), for Python callers of a kernel rule (``Executor.price``)."""
+    return _fns if _fns is not None else functions(False)
 
 
 # ------------------------------------------------------------------ drafters as data
