@@ -14,9 +14,12 @@ The rules are written once, in ``kernel_jit.py``, as loops numba compiles; this 
 them to a worker: what each call reads and writes, and the Python hooks a plug-in runs
 through (``execution/plugins.py`` names them in the run's notes):
 
-- pricing: a drafter, cost model or executor the kernel has no data for (a plug-in, a
-  mixture-of-experts model, drafters per class) is priced by ``Executor.price`` between
-  the compiled plan and the compiled timing (``_price_hook``);
+- pricing: a drafter, cost model or executor the kernel has no data for (a plug-in,
+  drafters per class) is priced by ``Executor.price`` between the compiled plan and the
+  compiled timing (``_price_hook``: the plug-in's own methods, combined by the kernel's
+  ``_combine``);
+- step 0: a batch scheduler whose ``shape`` is not fcfs's is asked for it (fcfs's own runs
+  the kernel's ``_shape``, through ``shape0``);
 - acceptance: a plug-in acceptance model's ``accepted`` runs inside the plan's loop, so
   that worker runs the pure-Python versions of the same functions;
 - the ledger: a plug-in ledger's ``add`` is given the committed steps;
