@@ -80,47 +80,13 @@ OVERLOAD_X = 10.0  # a stage whose predicted TTFT mean is over 10x the measured 
 PEERS = {"E2E mean": "~12%", "TPOT mean": "-", "TTFT mean": "~23%", "E2E p99": "-"}
 
 
-def prompt_cache_trace(run, period: int, plain=None):
-    """``replay_trace(run)`` with prefix keys that make request i and request i + ``period``
-    the same prompt (``engine_fit.prompt_period``): two 512-token trace blocks per distinct
-    prompt, which the prefix cache cuts to the prompt's own full pages, so a repeated
-    prompt finds its full blocks cached as vLLM v1's prefix cache does (a prompt's first
-    sending finds nothing)."""
-    from specsim.simulator.validation import replay as rp
-
-    trace = (plain or rp.replay_trace)(run)
-    pid = run.requests["index"].to_numpy(np.int64) % period
-    trace["prefix_block_ids"] = [(int(2 * p + 1), int(2 * p + 2)) for p in pid]
-    return trace
-
-
-def replay_cached(run, scenario: str | None, limit: int | None):
-    """``replay.replay`` of ``run``; where its prompts repeat (``engine_fit.prompt_period``)
-    and the scenario turns prefix caching on, with the repeats' keys
-    (``prompt_cache_trace``). specsim replay does not read the keys from a run (the runs
-    record no prompt content); this benchmark does."""
-    from specsim.cost_models.calibrate.engine_fit import prompt_period
-    from specsim.simulator.validation import replay as rp
-
-    period = prompt_period(run.requests["index"], run.requests["input_tokens"])
-    if period is None:
-        return rp.replay(run, scenario, limit=limit)
-    plain = rp.replay_trace
-    rp.replay_trace = lambda r: (prompt_cache_trace(r, period, plain) if r.name == run.name
-                                 else plain(r))
-    try:
-        return rp.replay(run, scenario, limit=limit)
-    finally:
-        rp.replay_trace = plain
-
-
 def replay_one(path: str, limit: int | None, scenario: str | None,
                fit: str = "given") -> dict[str, Any]:
     """Replay one run (in a worker process) under one fit and return what the tables need."""
-    from specsim.simulator.validation.replay import load_measured
+    from specsim.simulator.validation.replay import load_measured, replay
 
     t0 = time.perf_counter()
-    rep = replay_cached(load_measured(path), scenario, limit)
+    rep = replay(load_measured(path), scenario, limit=limit)  # repeats cached (replay_trace)
     comp = rep.comparison
     req = rep.run.requests
     rows = []

@@ -48,8 +48,11 @@ def _real_data() -> None:
 
 
 def write_run(folder: Path, name: str = "20260101-000000-tiny-tp1-test", n: int = 40,
-              seed: int = 0, miscount: int | None = None, stages: bool = True) -> Path:
-    """A tiny run in the vllm_runs format: two stages (2 then 4 req/s, 10 s each)."""
+              seed: int = 0, miscount: int | None = None, stages: bool = True,
+              period: int | None = None) -> Path:
+    """A tiny run in the vllm_runs format: two stages (2 then 4 req/s, 10 s each);
+    ``period``: the load generator cycles through that many prompts (request i and i + N
+    send the same prompt, as inference-perf's shared_prefix generator does)."""
     rng = np.random.default_rng(seed)
     n0 = n // 2
     arrivals = np.concatenate([np.sort(rng.uniform(0, 10, n0)),
@@ -57,6 +60,8 @@ def write_run(folder: Path, name: str = "20260101-000000-tiny-tp1-test", n: int 
     arrivals -= arrivals[0]
     us = np.round(arrivals * 1e6).astype(int)
     inp = rng.integers(50, 400, n)
+    if period is not None:
+        inp = inp[np.arange(n) % period]
     out = rng.integers(20, 120, n)
     ttft = rng.uniform(0.02, 0.06, n)
     e2e = ttft + (out - 1) * 0.008
@@ -127,6 +132,31 @@ def test_synthetic_run_replays_exact_arrivals_and_tokens(tmp_path):
     pred = comp[(comp.metric == "E2E") & (comp.stat == "mean") & (comp.scope == "all")
                 & (comp.subset == "all")]
     assert float(pred.predicted.iloc[0]) == pytest.approx(sim["e2e_s"].mean(), rel=1e-9)
+
+
+def test_repeated_prompts_are_served_from_the_prefix_cache(tmp_path):
+    """A run whose prompts repeat every N requests is replayed with vLLM v1's default prefix
+    caching and prompt i mod N's keys: each repeat finds its prompt's full blocks cached (a
+    first sending finds none), TTFT falls, and the note says so; a base scenario that turns
+    prefix caching off prices every prompt again."""
+    path = write_run(tmp_path, n=80, period=10)
+    run = load_measured(path)
+    from specsim.simulator.validation.replay import prompt_repeats, replay_trace
+
+    assert prompt_repeats(run) == 10
+    keys = replay_trace(run)["prefix_block_ids"]
+    assert keys[3] == keys[13] == (7, 8) and keys[3] != keys[4]
+    rep = replay(run)
+    assert rep.scenario["kv_cache"]["prefix_cache"] is True
+    assert any("repeat every 10 requests" in n for n in rep.notes)
+    hits = rep.result.requests["prefix_hit_tokens"].to_numpy()
+    assert (hits[:10] == 0).all() and (hits[10:] > 0).all()
+    off = tmp_path / "off.yaml"
+    off.write_text("engine: {enable_prefix_caching: false}\n")
+    plain = replay(run, off)
+    assert "prefix_hit_tokens" not in plain.result.requests  # no prefix cache at all
+    assert plain.result.requests["ttft_s"].mean() > rep.result.requests["ttft_s"].mean()
+    assert prompt_repeats(load_measured(write_run(tmp_path / "b"))) is None  # random prompts
 
 
 def test_replay_command_writes_its_outputs(tmp_path, capsys):

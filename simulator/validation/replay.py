@@ -125,6 +125,15 @@ def replay_scenario(run: MeasuredRun, base: str | Path | None = None, *, model: 
         if flag in engine and (_given(user, "engine", flag) or _given(user, section, key)):
             engine.pop(flag)
             notes.append(f"engine.{flag}: the base scenario's value is used, not the run's")
+    period = prompt_repeats(run)
+    if (period is not None and run.fmt == "vllm_runs" and "enable_prefix_caching" not in engine
+            and not _given(user, "engine", "enable_prefix_caching")
+            and not _given(user, "kv_cache", "prefix_cache")):
+        engine["enable_prefix_caching"] = True  # vLLM v1's default
+        notes.append(f"the run's prompts repeat every {period} requests (its load generator "
+                     "cycles through a fixed prompt set): replayed with vLLM v1's default "
+                     "prefix caching, so a repeated prompt is served from the cache; set "
+                     "engine.enable_prefix_caching: false in --scenario to price every prompt")
     if engine:
         sc["engine"] = engine
     sc = _merge(sc, user)
@@ -163,13 +172,34 @@ def replay_scenario(run: MeasuredRun, base: str | Path | None = None, *, model: 
     return sc, notes
 
 
+def prompt_repeats(run: MeasuredRun) -> int | None:
+    """The period N of a run whose load generator cycles through N prompts (request i and
+    i + N send the same prompt: ``engine_fit.prompt_period``, read from the prompt lengths
+    since runs record no prompt content), or None."""
+    from specsim.cost_models.calibrate.engine_fit import prompt_period
+
+    req = run.requests
+    if "index" not in req:
+        return None
+    return prompt_period(req["index"], req["input_tokens"])
+
+
 def replay_trace(run: MeasuredRun) -> pd.DataFrame:
     """The run's requests as a trace: exact arrivals and token counts (0 tokens as 1, the
-    traces' rule: a failed request may record a 0-token prompt)."""
+    traces' rule: a failed request may record a 0-token prompt). Where the prompts repeat
+    every N requests (``prompt_repeats``), request i carries the prefix keys of prompt
+    i mod N: two 512-token trace blocks per distinct prompt, which the prefix cache cuts
+    to the prompt's own full pages, so a repeated prompt finds its full blocks cached as
+    vLLM v1's prefix cache does (a prompt's first sending finds nothing)."""
     req = run.requests
     n = len(req)
     blocks = np.empty(n, dtype=object)
     blocks.fill(())
+    period = prompt_repeats(run)
+    if period is not None:
+        pid = req["index"].to_numpy(np.int64) % period
+        for i, p in enumerate(pid):
+            blocks[i] = (int(2 * p + 1), int(2 * p + 2))
     return pd.DataFrame({
         "arrival_s": req["arrival_s"].to_numpy(np.float64),
         "request_id": np.arange(n, dtype=np.int64),
