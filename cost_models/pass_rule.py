@@ -155,6 +155,39 @@ def parts_many(p, t, qc, ctx, lg, ctxw, nseq, out):
             out[j, i] = g[j]
 
 
+@_njit
+def engine_overhead(fixed, per_seq, per_prefill, seqs, prefills):
+    """The engine's CPU work for one iteration of ``seqs`` sequences of which ``prefills``
+    carry a prompt chunk (scheduler, input preparation, sampling, output handling); an
+    iteration with no sequence is not run. Written once: the kernel's step price
+    (``kernel_jit._combine``) and ``ForwardCostModel.iteration_overhead``."""
+    if seqs > 0:
+        return (fixed + per_seq * seqs) + per_prefill * prefills
+    return 0.0
+
+
+@_njit
+def spec_overhead(per_step, per_seq, per_token, rows, drafted):
+    """Speculation's own work for one step of ``rows`` decoding sequences drafting
+    ``drafted`` tokens in all: once per step, per sequence (paid even when a policy drafts
+    nothing, as measured), per drafted token; nothing on a step with no decoding row.
+    Written once: ``kernel_jit._combine`` and ``ForwardCostModel.speculation_overhead``."""
+    if rows > 0:
+        return (per_step + per_seq * rows) + per_token * drafted
+    return 0.0
+
+
+@_njit
+def overheads_many(kind, c0, c1, c2, a, b, out):
+    """``engine_overhead`` (kind 0) or ``spec_overhead`` (kind 1) of iterations i (flat
+    float arrays ``a``, ``b``) into out[i]."""
+    for i in range(a.shape[0]):
+        if kind == 0:
+            out[i] = engine_overhead(c0, c1, c2, a[i], b[i])
+        else:
+            out[i] = spec_overhead(c0, c1, c2, a[i], b[i])
+
+
 def broadcast(tokens, qc, ctx, logits, ctxw=None, seqs=None
               ) -> tuple[tuple[int, ...], list[np.ndarray]]:
     """Aggregates as flat float arrays of one common shape (logits default to tokens; the

@@ -36,6 +36,15 @@ def _rule():
     return pass_rule
 
 
+def _overheads(kind: int, coef: tuple[float, float, float], a, b) -> np.ndarray:
+    """``pass_rule.engine_overhead`` (kind 0) / ``spec_overhead`` (kind 1) over arrays."""
+    x, y = np.broadcast_arrays(np.asarray(a, np.float64), np.asarray(b, np.float64))
+    out = np.empty(x.size)
+    _rule().overheads_many(kind, *(float(v) for v in coef), np.ascontiguousarray(x).ravel(),
+                           np.ascontiguousarray(y).ravel(), out)
+    return out.reshape(x.shape)
+
+
 @dataclass(frozen=True)
 class BatchShape:
     """Aggregates of a batch that the roofline needs.
@@ -328,9 +337,8 @@ class ForwardCostModel:
         """The engine's CPU work for iterations with ``seqs`` sequences of which ``prefills``
         carry a prompt chunk (scheduler, input preparation, sampling, output handling)."""
         c = self.cal
-        seqs = np.asarray(seqs, dtype=np.float64)
-        cost = c.engine_fixed_s + c.engine_per_seq_s * seqs + c.engine_per_prefill_s * prefills
-        return np.where(seqs > 0, cost, 0.0)
+        return _overheads(0, (c.engine_fixed_s, c.engine_per_seq_s, c.engine_per_prefill_s),
+                          seqs, prefills)
 
     def speculation_overhead(self, rows, drafted):
         """Speculation's own work for steps with ``rows`` decoding sequences that draft
@@ -338,10 +346,8 @@ class ForwardCostModel:
         bookkeeping per sequence (paid even when a policy drafts nothing, as measured) and
         per drafted token. Only charged where a drafter is configured."""
         c = self.cal
-        rows = np.asarray(rows, dtype=np.float64)
-        cost = (c.spec_step_overhead_s + c.spec_seq_overhead_s * rows
-                + c.spec_token_overhead_s * np.asarray(drafted, dtype=np.float64))
-        return np.where(rows > 0, cost, 0.0)
+        return _overheads(1, (c.spec_step_overhead_s, c.spec_seq_overhead_s,
+                              c.spec_token_overhead_s), rows, drafted)
 
     def time_and_work(self, tokens, qc, ctx, logits=None, ctxw=None, seqs=None):
         """Seconds, FLOPs and bytes of passes (arrays of aggregates, one pass each; ``ctxw``

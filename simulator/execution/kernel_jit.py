@@ -64,6 +64,8 @@ def _uniform(key, step):
 # ``pure`` like every kernel function: (seconds, FLOPs, bytes) of one pass
 _evaluate = pass_rule.pass_price
 _evaluate_kinds = pass_rule.pass_price_kinds  # with the window's and linear layers' sums
+_engine_oh = pass_rule.engine_overhead  # the engine's CPU work per iteration
+_spec_oh = pass_rule.spec_overhead  # speculation's own work per step
 
 
 # drafter kinds (``_draft``), by the name a built-in drafter declares (``Drafter.kind``)
@@ -225,19 +227,18 @@ def _combine(S, B, k, seqs, chunks, cal, speculating, overlap, spec_oh, iter_oh,
             rows = seqs[s] - chunks[s]
             if given:
                 dtt[s] = dtt[s] + spec_oh[s]
-            elif rows > 0:
+            else:
                 drafted = 0
                 for i in range(B):
                     drafted += k[s, i]
-                dtt[s] = dtt[s] + ((cal[3] + cal[4] * rows) + cal[5] * np.float64(drafted))
-            else:
-                dtt[s] = dtt[s] + 0.0
+                dtt[s] = dtt[s] + _spec_oh(cal[3], cal[4], cal[5], np.float64(rows),
+                                           np.float64(drafted))
         d = _maximum(dtt[s], vt[s]) if overlap else dtt[s] + vt[s]
         sq = np.float64(seqs[s])
         if given:
             dt[s] = d + iter_oh[s]
         else:
-            dt[s] = d + (((cal[0] + cal[1] * sq) + cal[2] * chunks[s]) if sq > 0 else 0.0)
+            dt[s] = d + _engine_oh(cal[0], cal[1], cal[2], sq, np.float64(chunks[s]))
         out[3][s] = out[3][s] + out[5][s]
         out[4][s] = out[4][s] + out[6][s]
 
