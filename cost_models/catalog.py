@@ -75,6 +75,10 @@ class HardwareSpec:
     host_memory_bytes: float | None = None
     host_link_bw: float | None = None
     host_source: str = ""
+    # the network between nodes: devices per NVLink domain and each device's NIC per
+    # direction (None: not in the catalog; everything priced as one NVLink domain)
+    devices_per_node: int | None = None
+    scale_out_bw: float | None = None
 
     def peak(self, dtype: str) -> tuple[float, str]:
         """Peak FLOP/s for ``dtype``, falling back to the next wider supported dtype.
@@ -117,6 +121,8 @@ def hardware_from_dict(name: str, entry: Any, where: str) -> HardwareSpec:
                            if e.host and e.host.memory_gb_per_device else None),
         host_link_bw=e.host.link_gb_s * 1e9 if e.host and e.host.link_gb_s else None,
         host_source=e.host.source if e.host else "",
+        devices_per_node=e.scale_out.devices_per_node if e.scale_out else None,
+        scale_out_bw=e.scale_out.bw_gb_s * 1e9 if e.scale_out else None,
     )
 
 

@@ -147,6 +147,16 @@ class HostMemory(Entry):
     source: Str
 
 
+class ScaleOut(Entry):
+    """The network between nodes: devices per node (one NVLink domain) and each device's
+    own NIC bandwidth per direction (EP groups wider than a node send their other-node
+    share over it)."""
+
+    devices_per_node: PosInt
+    bw_gb_s: PosNum  # per device, per direction
+    source: Str
+
+
 class PowerW(Entry):
     idle: NonNegNum
     max: PosNum
@@ -174,6 +184,7 @@ class HardwareEntry(Entry):
     price_date: DateStr = ""
     notes: OptStr = None
     host: HostMemory | None = None
+    scale_out: ScaleOut | None = None
 
 
 class MoEEntry(Entry):

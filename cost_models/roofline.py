@@ -268,7 +268,15 @@ class ForwardCostModel:
         self._a2a_bytes_per_token = (m.n_moe_layers * 2.0 * m.moe.top_k * m.hidden_size
                                      * self.prec.activations.bytes_per_element
                                      * (tp - 1) / (tp * tp))
-        self._comm_per_token = self._a2a_bytes_per_token * skew / link
+        node, nic = self.hw.devices_per_node, self.hw.scale_out_bw
+        if node and nic and tp > node:  # wider than one NVLink domain: the other nodes'
+            # share of the remote destinations goes over each device's NIC, in parallel
+            # with the same node's share over NVLink; the slower side sets the time
+            intra, inter = (node - 1) / (tp - 1), (tp - node) / (tp - 1)
+            per_byte = max(intra / link, inter / (nic * self.cal.allreduce_bw_eff))
+            self._comm_per_token = self._a2a_bytes_per_token * skew * per_byte
+        else:
+            self._comm_per_token = self._a2a_bytes_per_token * skew / link
         self._comm_fixed = 2 * m.n_moe_layers * lat
 
     def all_to_all_bytes(self, tokens):

@@ -105,3 +105,19 @@ def _three_way_moe():
           "speculation": {"method": "none"}, "workload": {}, "simulation": {"progress": False}}
     scenario, base, _ = load_scenario(sc)
     Deployment(scenario, base)
+
+
+def test_ep_wider_than_a_node_sends_the_other_nodes_share_over_the_nic():
+    """Wide EP (16 H200s, two 8-GPU nodes): of each device's 15 remote destinations, 7 are
+    on its node (NVLink) and 8 on the other (its 50 GB/s NIC, DGX H200), sent in parallel:
+    the all-to-all takes the slower side's time. Within one node nothing changes."""
+    wide = _deploy(tp=16, expert_parallel=True, dp_attention=True)
+    hw, eff = wide.hw, wide.calibration.allreduce_bw_eff
+    assert (hw.devices_per_node, hw.scale_out_bw) == (8, 50e9)
+    a2a = wide.target.all_to_all_bytes(1.0)
+    want = a2a * max((7 / 15) / (hw.link_bw * eff), (8 / 15) / (hw.scale_out_bw * eff))
+    assert wide.target._comm_per_token == pytest.approx(want, rel=1e-12)
+    assert want > a2a / (hw.link_bw * eff) * 4  # the NIC, 9x slower than NVLink, decides
+    one_node = _deploy(expert_parallel=True, dp_attention=True)  # 8 GPUs: NVLink only
+    assert one_node.target._comm_per_token == pytest.approx(
+        one_node.target.all_to_all_bytes(1.0) / (hw.link_bw * eff), rel=1e-12)
