@@ -565,11 +565,10 @@ def decision(model: Any, draws: int = DRAWS, top: int = 2) -> Decision:
     p10, p50, p90 = (float(x) for x in np.percentile(np.asarray(g, float), [10, 50, 90]))
     latency = model.output.startswith(("tpot", "ttft", "e2e"))
     keep = [i for i in model.inputs if not (latency and i.name in _COST_ONLY)]
-    bars = sorted((sens.Bar(i, model.evaluate({i.name: i.low}), model.evaluate({i.name: i.high}))
-                   for i in keep), key=lambda b: (-b.swing, b.input.name))
+    _, bars = sens.tornado(model, inputs=keep, top=top)
     flips = []
     for b in bars[:top]:
-        be = sens.break_even(model, b.input)
+        be = b.break_even
         flips.append({"input": b.input.name, "break_even": be.value,
                       "shown": None if be.value is None else sens.fmt_value(b.input, be.value),
                       "within_band": be.within_band, "note": be.reason,

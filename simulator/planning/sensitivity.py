@@ -528,14 +528,16 @@ def break_even(model: Model, inp: Input, steps: int | None = None) -> BreakEven:
                      f"{fmt_value(inp, hi)})", model.runs - before)
 
 
-def tornado(model: Model, with_break_even: bool = True) -> tuple[float, list[Bar]]:
-    """The nominal output and one bar per input, largest swing first (rule 3)."""
+def tornado(model: Model, with_break_even: bool = True, inputs: list[Input] | None = None,
+            top: int | None = None) -> tuple[float, list[Bar]]:
+    """The nominal output and one bar per input (``inputs``, default all), largest swing
+    first (rule 3); break-evens for the ``top`` largest (default all)."""
     nominal = model.evaluate({})
     bars = [Bar(i, model.evaluate({i.name: i.low}), model.evaluate({i.name: i.high}))
-            for i in model.inputs]
+            for i in (model.inputs if inputs is None else inputs)]
     bars.sort(key=lambda b: (-(b.swing if math.isfinite(b.swing) else -1), b.input.name))
     if with_break_even and model.is_gain:
-        for b in bars:
+        for b in bars[:top]:
             b.break_even = break_even(model, b.input)
     return nominal, bars
 
