@@ -183,12 +183,19 @@ def max_workers() -> int:
 
 # ---------------------------------------------------------------------------- shapes
 def check_tensor_parallel(tp: int, n_heads: int, n_kv_heads: int, model: str,
-                          key: str = "hardware.tensor_parallel") -> None:
+                          key: str = "hardware.tensor_parallel",
+                          linear_heads: tuple[int, int] | None = None) -> None:
     """Raise ScenarioError naming ``key`` when ``tp`` devices cannot split the model's
     attention: vLLM's rule (``ModelConfig.verify_with_parallel_config``: the attention heads
     divide evenly; ``QKVParallelLinear``: the KV heads divide evenly, or, with more devices
-    than KV heads, each KV head is copied to a whole number of devices)."""
+    than KV heads, each KV head is copied to a whole number of devices); ``linear_heads``,
+    a linear-attention layer's (key, value) heads: vLLM's Gated DeltaNet layer shards both
+    over the group, so both must divide evenly."""
     tp, heads, kv = int(tp), int(n_heads), int(n_kv_heads)
+    if linear_heads is not None and any(int(h) % tp for h in linear_heads):
+        k_h, v_h = linear_heads
+        raise ScenarioError(f"{key}: {model}'s linear-attention layers have {k_h} key and "
+                            f"{v_h} value heads, which {tp} devices cannot split evenly")
     if heads % tp:
         raise ScenarioError(f"{key}: {model} has {heads} attention heads, which {tp:,} devices "
                             f"cannot split evenly; expected a divisor of {heads} "

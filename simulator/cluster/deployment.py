@@ -73,15 +73,11 @@ class Deployment:
         self.hw = get_hardware(hw_sec.accelerator, "hardware.accelerator")
         self.model = get_model(sc.model, "model")
         self.tp = int(hw_sec.tensor_parallel)
-        limits.check_tensor_parallel(self.tp, self.model.n_heads, self.model.n_kv_heads,
-                                     self.model.name)
         lin = self.model.attention.linear if self.model.attention is not None else None
-        if lin is not None and self.model.layers_of("linear") and (
-                lin.num_key_heads % self.tp or lin.num_value_heads % self.tp):
-            # vLLM's Gated DeltaNet layer shards its key and value heads over the group
-            raise ScenarioError(f"hardware.tensor_parallel: {self.model.name}'s linear-attention "
-                                f"layers have {lin.num_key_heads} key and {lin.num_value_heads} "
-                                f"value heads, which {self.tp} devices cannot split evenly")
+        limits.check_tensor_parallel(
+            self.tp, self.model.n_heads, self.model.n_kv_heads, self.model.name,
+            linear_heads=((lin.num_key_heads, lin.num_value_heads)
+                          if lin is not None and self.model.layers_of("linear") else None))
         self.n_workers = workers_of(hw_sec.count, self.tp, "hardware.count")
         limits.check_workers(self.n_workers, "hardware.count", devices=hw_sec.count,
                              prefix_cache=bool(sc.kv_cache.prefix_cache),

@@ -84,8 +84,7 @@ class Executor:
         window = getattr(tg, "_window", 0.0)
         if window > 0 or getattr(tg, "_state_bytes_per_seq", 0.0) > 0:
             # the layer kinds' sums (pass_rule): sum_i min(c_i, W), the sequences
-            ctxw = (np.array([r.sum() for r in np.minimum(ctx, window)]) if window > 0
-                    else csum)
+            ctxw = np.minimum(ctx, window).sum(axis=1) if window > 0 else csum
             work = tg.time_and_work(tokens, qc, csum, logits, ctxw=ctxw, seqs=seqs)
         else:
             work = tg.time_and_work(tokens, qc, csum, logits)
