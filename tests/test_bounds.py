@@ -312,3 +312,9 @@ def test_a_worker_count_past_the_cap_is_one_line_before_building_anything():
                               "--set", "hardware.tensor_parallel=1")
     line = _one_error(rc, err)
     assert "hardware.count" in line and "SPECSIM_MAX_WORKERS" in line
+
+
+def test_tensor_parallel_must_split_linear_attention_heads():
+    limits.check_tensor_parallel(4, 32, 4, "m", linear_heads=(16, 32))
+    with pytest.raises(ScenarioError, match="linear-attention layers have 6 key and 12 value"):
+        limits.check_tensor_parallel(4, 32, 4, "m", linear_heads=(6, 12))
