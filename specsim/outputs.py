@@ -373,10 +373,12 @@ class Staging:
         shutil.rmtree(self.tmp, ignore_errors=True)
         remove_empty_folders(self._made)
 
-    def commit(self, written_by: str = "specsim", **info: Any) -> str:
-        """Write the marker (listing every file staged) and move the output into place;
-        returns the mode ("new", "empty" or "replace")."""
-        files = sorted(p.name for p in self.tmp.iterdir())
+    def commit(self, written_by: str = "specsim", later: tuple[str, ...] = (),
+               **info: Any) -> str:
+        """Write the marker (listing every file staged, and ``later``: files a second
+        process will move in, so a later ``--force`` may replace them) and move the output
+        into place; returns the mode ("new", "empty" or "replace")."""
+        files = sorted({p.name for p in self.tmp.iterdir()} | set(later))
         (self.tmp / MARKER).write_text(json.dumps({
             "written_by": written_by, "version": version(), **info,
             "utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),

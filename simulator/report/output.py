@@ -40,11 +40,13 @@ def scenario_json(result: Result) -> str:
 
 def write_outputs(result: Result, out_dir: Path, report: bool = True,
                   force: bool = False, staging: Staging | None = None,
-                  plots: bool = True) -> str:
+                  plots: bool | str = True) -> str:
     """metrics.json, requests.csv, the iteration log, report.md (+ PNGs) into ``out_dir``.
 
     ``staging``: the folder the run already streamed its iteration log into (then
-    ``result.iterations`` is None). Returns "new", "empty" or "replace" (what was done).
+    ``result.iterations`` is None). ``plots="later"``: everything else is moved into place,
+    then a second process draws the PNGs (``plots_later``; drawn here where it cannot).
+    Returns "new", "empty" or "replace" (what was done).
     Raises a one-line ScenarioError when the destination is not safe or a write fails;
     nothing is then left behind.
     """
@@ -67,7 +69,14 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
             log.close()
         elif not (tmp / FILES[fmt]).is_file():
             raise OSError(2, f"the streamed {FILES[fmt]} is missing")
-        if report:
+        later = None  # the mode, once committed with the plots still to draw
+        if report and plots == "later":
+            from specsim.simulator.report.report import PLOTS, write_report
+
+            write_report(result, tmp, plots="later")
+            later = staging.commit("specsim", later=tuple(n for n, *_ in PLOTS),
+                                   scenario=result.metrics.get("scenario"))
+        elif report:
             import dataclasses
 
             from specsim.simulator.report.report import write_report
@@ -77,4 +86,11 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
             shown = result if result.iterations is not None or not plots else \
                 dataclasses.replace(result, iterations=read_for_report(tmp))
             write_report(shown, tmp, plots=plots)
-        return staging.commit("specsim", scenario=result.metrics.get("scenario"))
+        if later is None:
+            return staging.commit("specsim", scenario=result.metrics.get("scenario"))
+    # committed: the plots now, by a second process where there can be one
+    from specsim.simulator.report import plots_later
+
+    if not plots_later.start(result, out_dir, later):
+        plots_later.finish(result, out_dir, later, plots_later.identity(out_dir))
+    return later

@@ -1040,10 +1040,12 @@ def _pd_section(v: _View) -> str | None:
 
 
 # ---------------------------------------------------------------------------- entry point
-def write_report(result: Any, out_dir: Path, plots: bool = True) -> None:
+def write_report(result: Any, out_dir: Path, plots: bool | str = True) -> None:
     """Write ``report.md`` (and ``report.html``) and its PNGs (relative links) into
     ``out_dir``; ``plots=False`` writes the tables only, without importing matplotlib
-    (about 0.8 s less on a 2-core machine; ``specsim report DIR`` draws them later)."""
+    (about 0.8 s less on a 2-core machine; ``specsim report DIR`` draws them later);
+    ``plots="later"`` the same, saying a second process is drawing them
+    (``plots_later``: it rewrites both files when they are in place)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     v = _View(result)
@@ -1078,10 +1080,14 @@ def write_report(result: Any, out_dir: Path, plots: bool = True) -> None:
     parts += ["## Notes", ""]
     parts += [f"- {md_text(n)}" for n in notes] if notes else ["None."]
     parts += ["", "## Plots", ""]
-    if not plots:
+    if plots == "later":
+        parts += ["_Being drawn by a second process: the PNGs, and this report with them, "
+                  "appear in this folder a second or two after `specsim run` returns "
+                  "(`--wait-plots` draws them before it returns)._", ""]
+    elif not plots:
         parts += ["_Not drawn (`--no-plots`): `specsim report DIR` draws them from this "
                   "folder._", ""]
-    for fname, title, caption, fn in PLOTS if plots else ():
+    for fname, title, caption, fn in PLOTS if plots is True else ():
         parts += [f"### {title}", ""]
         try:
             skipped, note = fn(v, out_dir / fname)

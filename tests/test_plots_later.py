@@ -1,0 +1,104 @@
+"""The report's plots drawn by a second process (``report/plots_later.py``): the run's other
+outputs are in place first, the PNGs and the final report follow, each file whole, and a
+folder replaced meanwhile is never touched."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from specsim.outputs import MARKER, is_temp
+from specsim.simulator.report import plots_later
+from specsim.simulator.report.output import write_outputs
+from specsim.simulator.report.report import PLOTS
+from tests.test_report import PNG_MAGIC, _run
+
+NAMES = {n for n, *_ in PLOTS}
+
+
+@pytest.fixture(scope="module")
+def result():
+    return _run(n=60)
+
+
+def _wait_for(path: Path, timeout: float = 60.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.is_file():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _linked(text: str) -> set[str]:
+    return set(re.findall(r"!\[[^\]]*\]\(([^)]+\.png)\)", text))
+
+
+def test_outputs_first_then_plots(result, tmp_path):
+    out = tmp_path / "run"
+    assert write_outputs(result, out, plots="later") == "new"
+    # what the command returns with: every other output, the marker naming the PNGs to come
+    for name in ("metrics.json", "requests.csv", "report.md", "report.html", MARKER):
+        assert (out / name).is_file()
+    assert NAMES <= set(json.loads((out / MARKER).read_text())["files"])
+    # the second process moves the PNGs in, then the report that links them
+    assert _wait_for(out / "iteration_time.png")
+    end = time.monotonic() + 60
+    while "Being drawn" in (out / "report.md").read_text() and time.monotonic() < end:
+        time.sleep(0.05)
+    text = (out / "report.md").read_text()
+    assert "Being drawn" not in text
+    assert _linked(text) == NAMES == {p.name for p in out.glob("*.png")}
+    for name in NAMES:
+        assert (out / name).read_bytes()[:8] == PNG_MAGIC
+    assert "data:image/png;base64" in (out / "report.html").read_text()
+    assert not [p for p in tmp_path.iterdir() if is_temp(p.name)]  # its scratch folder went
+    # the folder is still specsim's own output: a --force run may replace it
+    assert write_outputs(result, out, force=True, plots=False) == "replace"
+    assert not list(out.glob("*.png"))
+
+
+def test_a_replaced_folder_is_left_alone(result, tmp_path):
+    out = tmp_path / "run"
+    write_outputs(result, out, plots=False)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    stale = plots_later.identity(out)
+    os.utime(out / MARKER, ns=(1, 1))  # a later run committed its own marker meanwhile
+    assert plots_later.finish(result, out, "new", stale) is False
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if is_temp(p.name)]
+    assert plots_later.finish(result, out, "new", None) is False  # no marker at commit
+
+
+def test_finish_in_process(result, tmp_path):
+    """Where there is no fork (``start`` returns False) the caller draws them itself."""
+    out = tmp_path / "run"
+    write_outputs(result, out, plots=False)
+    assert plots_later.finish(result, out, "new", plots_later.identity(out)) is True
+    assert _linked((out / "report.md").read_text()) == NAMES
+
+
+def test_console_script_returns_before_the_plots(tmp_path):
+    """`specsim run` (the console script) returns with every other output in place; the
+    report says its plots are coming; `--wait-plots` draws them before returning."""
+    scen = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"
+    cmd = [sys.executable, "-m", "specsim.simulator.cli", "run", str(scen), "--quiet",
+           "--set", "workload.synthetic.requests=40"]
+    p = subprocess.run([*cmd, "--out", str(tmp_path / "a")], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "drawn by a second process" in p.stderr
+    assert _wait_for(tmp_path / "a" / "timeline.png")
+    p = subprocess.run([*cmd, "--out", str(tmp_path / "b"), "--wait-plots"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert "second process" not in p.stderr
+    assert (tmp_path / "b" / "timeline.png").is_file()  # there when the command returned
+    assert "Being drawn" not in (tmp_path / "b" / "report.md").read_text()
