@@ -52,6 +52,9 @@ DATA = REPO.parent / "shared" / "data" / "vllm_runs"
 BUNDLED = REPO / "cost_models" / "calibrations"
 FITTED_ON = "H100-SXM"  # the hardware of the measured runs
 TRANSFER_TO = ("A100-SXM-80GB",)
+# parameters a profile may take from a cited measurement or another chip instead of its own
+# tables (the cross-node all-reduce): a refit keeps their values and sources as they are
+KEEP_SOURCE = ("allreduce_nic_latency_s", "allreduce_nic_bw_eff")
 RUNS_SOURCE = ("8 measured vLLM v1 runs on H100-SXM (../shared/data/vllm_runs: Llama-2-7B TP1, "
                "Llama-2-70B TP4, Mixtral-8x7B TP2, CodeLlama-34B TP2; 16 load stages), "
                "benchmarks/engine_fit.py")
@@ -205,12 +208,16 @@ def main(argv: list[str] | None = None) -> int:
         p = BUNDLED / f"{hw}.yaml"
         d = yaml.safe_load(p.read_text())
         ops = operator_tables_values(d)
-        new = {**ops, **stack, **spec}
+        kept = {k: d["fitted"][k] for k in KEEP_SOURCE if k in d["fitted"] and k not in ops}
+        new = {**ops, **kept, **stack, **spec}
         own = hw == FITTED_ON
         d["fitted"] = new
         d["operator_tables_fitted"] = ops
+        cited = {k: v for k, v in (d.get("parameter_sources") or {}).items()
+                 if k in KEEP_SOURCE}  # set from a public measurement, not the tables
         d["parameter_sources"] = {
-            **{k: "operator tables (fit_quality)" for k in ops if k not in stack},
+            **{k: cited.get(k, "operator tables (fit_quality)") for k in ops if k not in stack},
+            **{k: cited[k] for k in kept if k in cited},
             **{k: (f"vllm_runs refit (engine_fit: {n_fit} of {len(samples)} load stages; "
                    f"{len(samples) - n_fit} unreachable ones left out, see engine_fit."
                    "not_fitted_to)" if own else

@@ -83,6 +83,26 @@ def print_fit(fit: ProfileFit) -> None:
     print("-- fitted vs datasheet")
     for k, s in q["datasheet"].items():
         print(f"  {k:<17} " + ", ".join(f"{a} {b}" for a, b in s.items()))
+    if "cross_node_allreduce" in q:
+        c = q["cross_node_allreduce"]
+        print(f"-- all-reduce across nodes: latency {c['latency_us']} us, NIC share "
+              f"{c['nic_share']} ({c['fitted_nic_gb_s_per_device']} of "
+              f"{c['catalog_nic_gb_s_per_device']} GB/s per device), median "
+              f"{c['all_rows']['median_ape_pct']}%")
+        for r in c["configurations"]:
+            print(f"  {r['workers']:>3} workers, {r['devices_per_node']} per node: measured bus "
+                  f"{r['measured_bus_gb_s_at_16MB_plus']} GB/s at >= 16 MB, median "
+                  f"{r['median_ape_pct']}%")
+        for r in c["leave_one_configuration_out"]:
+            print(f"  held out {r['held_out']}: median {r['median_ape_pct']}%")
+    if "decode_paged_kv" in q:
+        d = q["decode_paged_kv"]
+        for k in ("cost_model", "with_per_block_term"):
+            v = d[k]
+            print(f"-- decode over a paged KV cache ({k}): eta_attn_decode "
+                  f"{v['eta_attn_decode']}, per block {v.get('per_block_ns', '-')} ns; mean "
+                  f"error short {v['mean_ape_pct_short']}%, long {v['mean_ape_pct_long']}%, "
+                  f"long held out {v['fit_short_held_out_long']['mean_ape_pct_long_held_out']}%")
     for o in q.get("other_network_tables", []):
         if "fit" in o:
             f = o["fit"]

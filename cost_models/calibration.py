@@ -38,6 +38,10 @@ EXTRA_PARAMS: dict[str, float | None] = {
     "eta_attn_decode": None,  # attention KV reads vs bandwidth (None: eta_memory)
     "allreduce_latency_s": None,  # per all-reduce (None: the catalog link latency)
     "allreduce_bw_eff": 1.0,  # achieved all-reduce bus bandwidth vs the catalog link
+    "allreduce_nic_latency_s": None,  # per all-reduce of a TP group wider than a node
+    #                                   (None: allreduce_latency_s)
+    "allreduce_nic_bw_eff": None,  # achieved share of each device's NIC (scale_out) in such
+    #                                an all-reduce (None: allreduce_bw_eff)
     "engine_fixed_s": 0.0,  # CPU work per iteration: scheduler, input preparation
     "engine_per_seq_s": 0.0,  # ... per sequence in the batch (sampling, bookkeeping)
     "engine_per_prefill_s": 0.0,  # ... per prompt chunk in the batch
@@ -69,6 +73,8 @@ class Calibration:
     eta_attn_decode: float | None = None
     allreduce_latency_s: float | None = None
     allreduce_bw_eff: float = 1.0
+    allreduce_nic_latency_s: float | None = None
+    allreduce_nic_bw_eff: float | None = None
     engine_fixed_s: float = 0.0
     engine_per_seq_s: float = 0.0
     engine_per_prefill_s: float = 0.0
@@ -188,7 +194,7 @@ def load_profile(ref: str, base_dir: Path | None = None, where: str = "calibrati
 # peak); every other fitted value is a non-negative time or size, at most the catalogs'
 # sanity bound (beyond it the cost model's floats overflow).
 _EFFICIENCIES = ("eta_compute", "eta_memory", "eta_elementwise", "eta_attn_prefill",
-                 "eta_attn_decode", "allreduce_bw_eff")
+                 "eta_attn_decode", "allreduce_bw_eff", "allreduce_nic_bw_eff")
 
 
 def _fitted(fitted: dict[str, Any], key: str, origin: str) -> float | None:

@@ -28,6 +28,29 @@ def attention_area(q, ctx):
     return q * ctx + q * (q + 1) / 2
 
 
+def cross_node_allreduce(tp: int, node: int, link: float, nic: float, cal: Calibration,
+                         lat: float) -> tuple[float, float]:
+    """(seconds per ring byte, seconds per all-reduce) of a tensor-parallel group of ``tp``
+    devices wider than a node of ``node`` (``scale_out.devices_per_node``), spread evenly
+    over ceil(tp / node) nodes, n = tp / nodes devices in each.
+
+    A ring all-reduce moves 2 (tp - 1) / tp x S bytes through every device; NCCL runs one
+    ring per channel, each crossing every node boundary once, with the channels spread over
+    the node's n NICs, so a node's cross-node traffic (the same 2 (tp - 1) / tp x S) leaves
+    over n NICs in parallel while the rest moves over NVLink: per ring byte
+    max(1 / (link x eff), 1 / (n x NIC x eff_nic)), the slower side setting the time (as the
+    expert-parallel all-to-all prices it). ``link`` is the NVLink bandwidth already scaled by
+    ``allreduce_bw_eff``; ``nic`` each device's NIC per direction; eff_nic
+    ``allreduce_nic_bw_eff`` (None: ``allreduce_bw_eff``); the latency
+    ``allreduce_nic_latency_s`` (None: ``lat``, the NVLink one)."""
+    nodes = -(-tp // node)
+    n = tp / nodes
+    eff = cal.allreduce_nic_bw_eff if cal.allreduce_nic_bw_eff is not None else cal.allreduce_bw_eff
+    per_byte = max(1.0 / link, 1.0 / (n * nic * eff))
+    return per_byte, (cal.allreduce_nic_latency_s if cal.allreduce_nic_latency_s is not None
+                      else lat)
+
+
 def _rule():
     """``pass_rule``, imported on first pricing: it loads numba, which ``specsim validate``
     and a scenario's memory check never need (tests/test_startup.py)."""
@@ -94,7 +117,8 @@ class ForwardCostModel:
       activation, sharded): bytes / (BW * eta_elementwise);
     - attention: max(FLOPs over the causal area / (bf16 peak * eta_attn_prefill), KV bytes
       read / (BW * eta_attn_decode));
-    - tensor-parallel all-reduce, two per layer: latency + ring bytes / (link BW * eff);
+    - tensor-parallel all-reduce, two per layer: latency + ring bytes / (link BW * eff)
+      (a group wider than a node: the NICs' terms, ``cross_node_allreduce``);
     - fixed costs: a floor per layer (kernel launches and tails) and one per pass (a
       drafter's passes pay ``draft_layer_overhead_s`` and ``draft_pass_overhead_s``).
     The engine's CPU work per iteration and speculation's per-step work are not passes:
@@ -162,7 +186,12 @@ class ForwardCostModel:
             link = hardware.link_bw * cal.allreduce_bw_eff
             lat = (cal.allreduce_latency_s if cal.allreduce_latency_s is not None
                    else hardware.link_latency_s)
-            self._comm_per_token = 2 * m.n_layers * ring * h * a_b / link
+            node, nic = hardware.devices_per_node, hardware.scale_out_bw
+            if node and nic and tp > node:  # the group spans nodes: ``cross_node_allreduce``
+                per_byte, lat = cross_node_allreduce(tp, node, link, nic, cal, lat)
+                self._comm_per_token = 2 * m.n_layers * ring * h * a_b * per_byte
+            else:
+                self._comm_per_token = 2 * m.n_layers * ring * h * a_b / link
             self._comm_fixed = 2 * m.n_layers * lat
         else:
             self._comm_per_token = 0.0

@@ -20,7 +20,10 @@ compared):
 - linear (QKV + O + up + down): eta_compute, matmul_half_tokens, eta_memory;
 - elementwise (two norms, two residual adds, rope, activation): eta_elementwise;
 - attention (prefill and decode kernels): eta_attn_prefill, eta_attn_decode;
-- all-reduce (each measured message): allreduce_latency_s, allreduce_bw_eff;
+- all-reduce (each measured message): allreduce_latency_s, allreduce_bw_eff (rows whose
+  workers sit in one node); where the table also has rows whose workers span nodes
+  (``devices_per_node`` below ``num_workers``), allreduce_nic_latency_s and
+  allreduce_nic_bw_eff (``roofline.cross_node_allreduce``, the NVLink terms held);
 - each group's kernel floor (the launch-and-tail time a kernel takes however small):
   ``per_layer_overhead_s`` is their sum over one layer's kernels (linear + elementwise +
   attention), because the cost model adds one floor per layer.
@@ -44,7 +47,7 @@ import datetime as _dt
 import functools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +95,10 @@ TABLE_KEYS = {"H100-SXM": "h100", "A100-SXM-80GB": "a100"}
 # real serving runs elsewhere and are left out of these profiles).
 FITTED = ("eta_compute", "matmul_half_tokens", "eta_memory", "eta_elementwise",
           "per_layer_overhead_s", "fixed_overhead_s", "allreduce_latency_s",
-          "allreduce_bw_eff", "eta_attn_prefill", "eta_attn_decode")
+          "allreduce_bw_eff", "eta_attn_prefill", "eta_attn_decode",
+          "allreduce_nic_latency_s", "allreduce_nic_bw_eff")
+# fitted only where the network table has rows whose workers span nodes
+CROSS_NODE = ("allreduce_nic_latency_s", "allreduce_nic_bw_eff")
 
 DEFAULT_HOLDOUT = None  # every model in turn, and the largest TP degree, where the tables allow
 VIDUR_SOURCE = ("microsoft/vidur profiling data (MIT licence): data/profiling compute, "
@@ -260,6 +266,29 @@ def load_allreduce_table(path: str | Path, single_node: bool = True) -> pd.DataF
     if out.empty:
         raise CatalogError(f"{path}: no rows with 2 or more workers in one node")
     return out.groupby(["workers", "size"], as_index=False).median()
+
+
+def load_cross_node_allreduce(path: str | Path) -> pd.DataFrame | None:
+    """All-reduce rows whose workers span nodes (``devices_per_node`` below
+    ``num_workers``): seconds per (workers, devices per node, size); None where the table has
+    no such rows (or no ``devices_per_node`` column)."""
+    path = Path(path)
+    df = _read_csv(path)
+    _require(df, NETWORK_COLUMNS, path, "network (all_reduce.csv)")
+    if "devices_per_node" not in df.columns:
+        return None
+    if "collective" in df.columns:
+        df = df[df["collective"].astype(str) == "all_reduce"]
+    out = pd.DataFrame({
+        "workers": _numbers(df, "num_workers", path, positive=True),
+        "per_node": _numbers(df, "devices_per_node", path, positive=True),
+        "size": _numbers(df, "size", path, positive=True),
+        "time_s": _numbers(df, "time_stats.all_reduce.median", path, positive=True) * 1e-3,
+    }, index=df.index)
+    out = out[out["per_node"] < out["workers"]]
+    if out.empty:
+        return None
+    return out.groupby(["workers", "per_node", "size"], as_index=False).median()
 
 
 def load_attention_table(path: str | Path) -> pd.DataFrame:
@@ -450,6 +479,21 @@ def _allreduce_cases(frame: pd.DataFrame) -> list[_Case]:
             for w, idx in frame.groupby("workers").indices.items()]
 
 
+def _nic_allreduce(frame: pd.DataFrame, hw: HardwareSpec, cal: Calibration) -> np.ndarray:
+    """Seconds of one all-reduce per row of a cross-node table (``load_cross_node_allreduce``):
+    ``ForwardCostModel``'s all-reduce of a one-wide layer at TP = workers on this chip with
+    ``devices_per_node`` set to the row's (``roofline.cross_node_allreduce``)."""
+    out = np.empty(len(frame))
+    size = frame["size"].to_numpy(float)
+    prec = _precision()
+    for (w, n), idx in frame.groupby(["workers", "per_node"]).indices.items():
+        node_hw = replace(hw, devices_per_node=int(n))
+        cm = ForwardCostModel(layer_model(1, 1, 1, 1), node_hw, int(w), prec, cal)
+        z = np.zeros(len(idx))
+        out[idx] = cm.group_times(size[idx] / 2.0, z, z, z)["allreduce"] / 2.0
+    return out
+
+
 def _group(cases: list[_Case], n: int, hw: HardwareSpec, cal: Calibration, group: str,
            logits: float | None = 0.0) -> np.ndarray:
     """Seconds of op group ``group`` per row, from ForwardCostModel.group_times."""
@@ -475,6 +519,8 @@ _SPECS: dict[str, list[tuple[str, float, float, float, tuple[float, ...]]]] = {
                   ("floor_attention_s", 1e-5, 0.0, 5e-4, (5e-6, 2e-5))],
     "allreduce": [("allreduce_latency_s", 1e-5, 0.0, 1e-3, (5e-6, 3e-5)),
                   ("allreduce_bw_eff", 1.0, 0.01, 1.5, (0.3, 0.8))],
+    "allreduce_nic": [("allreduce_nic_latency_s", 1e-5, 0.0, 1e-3, (1e-5, 5e-5)),
+                      ("allreduce_nic_bw_eff", 1.0, 0.001, 1.5, (0.1, 0.6))],
 }
 _FLOORS = {"linear": "floor_linear_s", "elementwise": "floor_elementwise_s",
            "attention": "floor_attention_s"}
@@ -503,12 +549,14 @@ def predict(group: str, frame: pd.DataFrame, hw: HardwareSpec, values: dict[str,
     if group == "allreduce":
         cases = cases or _allreduce_cases(frame)
         return _group(cases, len(frame), hw, cal, group) / 2.0
+    if group == "allreduce_nic":
+        return _nic_allreduce(frame, hw, cal)
     raise ValueError(f"unknown op group {group!r}")
 
 
 def _measured(group: str, frame: pd.DataFrame) -> np.ndarray:
     col = {"linear": "linear", "elementwise": "elementwise", "layer": "layer",
-           "attention": "time_s", "allreduce": "time_s"}[group]
+           "attention": "time_s", "allreduce": "time_s", "allreduce_nic": "time_s"}[group]
     return frame[col].to_numpy(float)
 
 
@@ -553,6 +601,9 @@ def fit_group(group: str, frame: pd.DataFrame, hw: HardwareSpec,
     if group == "allreduce":
         w = _octave_weights(frame, "size", ["workers"])
         cases = _allreduce_cases(frame)
+    elif group == "allreduce_nic":
+        w = _octave_weights(frame, "size", ["workers", "per_node"])
+        cases = None
     elif group == "attention":
         w = _octave_weights(frame, "tokens", ["kind", "tp"]) * 0.5 + \
             _octave_weights(frame, "ctx", ["kind", "tp"]) * 0.5
@@ -624,7 +675,7 @@ class ProfileFit:
         return {
             "name": self.name, "hardware": self.hardware, "source": self.source,
             "date": _dt.date.today().isoformat(),
-            "fitted": {k: _sig(self.values[k]) for k in FITTED},
+            "fitted": {k: _sig(self.values[k]) for k in FITTED if k in self.values},
             "fit_quality": _plain(self.quality),
             "kernel_floors_s": {k: _sig(v) for k, v in self.floors.items()},
             "tables": list(self.tables),
@@ -758,6 +809,104 @@ def attention_holdout(attn: pd.DataFrame, long_context: float = 2048.0) -> np.nd
     return (attn["kv"] + attn["q"] > long_context).to_numpy()
 
 
+def cross_node_quality(cross: pd.DataFrame, hw: HardwareSpec, vals: dict[str, float],
+                       residual: str = "log") -> dict[str, Any]:
+    """Errors of the cross-node all-reduce fit per (workers, devices per node), with the
+    fit's values, and each configuration held out in turn (refitted on the others)."""
+    fixed = {k: vals[k] for k in ("allreduce_latency_s", "allreduce_bw_eff")}
+    pred = predict("allreduce_nic", cross, hw, vals)
+    meas = _measured("allreduce_nic", cross)
+    w = cross["workers"].to_numpy(float)
+    bus = 2 * (w - 1) / w * cross["size"].to_numpy(float) / cross["time_s"].to_numpy(float)
+    configs, held = [], []
+    groups = cross.groupby(["workers", "per_node"]).indices
+    for (nw, n), idx in groups.items():
+        big = idx[cross["size"].to_numpy(float)[idx] >= 2 ** 24]
+        configs.append({"workers": int(nw), "devices_per_node": int(n),
+                        "measured_bus_gb_s_at_16MB_plus": round(float(np.median(bus[big])) / 1e9, 2)
+                        if len(big) else None,
+                        **ape_stats(pred[idx], meas[idx])})
+        if len(groups) > 1:
+            mask = np.zeros(len(cross), dtype=bool)
+            mask[idx] = True
+            fv = fit_group("allreduce_nic", cross[~mask], hw, fixed=fixed,
+                           residual=residual).values
+            held.append({"held_out": f"{int(nw)} workers, {int(n)} per node",
+                         "allreduce_nic_latency_us": round(fv["allreduce_nic_latency_s"] * 1e6, 2),
+                         "allreduce_nic_bw_eff": round(fv["allreduce_nic_bw_eff"], 4),
+                         **ape_stats(predict("allreduce_nic", cross[mask], hw, {**fixed, **fv}),
+                                     meas[mask])})
+    return {"latency_us": round(vals["allreduce_nic_latency_s"] * 1e6, 2),
+            "nic_share": round(vals["allreduce_nic_bw_eff"], 4),
+            "fitted_nic_gb_s_per_device": round(vals["allreduce_nic_bw_eff"]
+                                                * (hw.scale_out_bw or 0.0) / 1e9, 2),
+            "catalog_nic_gb_s_per_device": round((hw.scale_out_bw or 0.0) / 1e9, 2),
+            "all_rows": ape_stats(pred, meas), "configurations": configs,
+            "leave_one_configuration_out": held}
+
+
+def decode_context_terms(attn: pd.DataFrame, hw: HardwareSpec, block_size: int = 16,
+                         split: float = 2048.0, short: float = 1024.0,
+                         values: dict[str, float] | None = None) -> dict[str, Any]:
+    """Does decode attention over a paged KV cache cost more than the cost model's floor +
+    KV bytes / (bandwidth x eta_attn_decode), per block of ``block_size`` tokens each
+    sequence reads (block-table lookups, partial last blocks)?
+
+    Fits the decode rows of an attention table (``load_attention_table``) twice, with
+    eta_attn_decode and the attention floor free: as the cost model prices them, and with
+    ``per_block_s`` x sum_i ceil((c_i + 1) / block_size) added (``per_block_s`` >= 0); each
+    on every row and on rows of context <= ``split`` with the longer ones held out. Returns
+    the fitted values and mean |predicted / measured - 1| over rows of context <= ``short``
+    and > ``split`` (``values``: the other attention parameters, default: their fit on the
+    whole table)."""
+    dec = attn[attn["kind"] == "decode"].reset_index(drop=True)
+    if dec.empty:
+        raise CatalogError("no decode rows in the attention table")
+    base = dict(values) if values is not None else fit_group("attention", attn, hw).values
+    ctx = (dec["kv"] + dec["q"]).to_numpy(float)
+    blocks = (dec["batch"] * np.ceil(ctx / block_size)).to_numpy(float)
+    meas = dec["time_s"].to_numpy(float)
+    cases = _cases(dec, attention=True)
+    w = np.sqrt(_octave_weights(dec, "tokens", ["tp"]) * 0.5
+                + _octave_weights(dec, "ctx", ["tp"]) * 0.5)
+
+    def pred(x: np.ndarray) -> np.ndarray:
+        vals = {**base, "eta_attn_decode": x[0], "floor_attention_s": x[1] * 1e-5}
+        out = predict("attention", dec, hw, vals, cases)
+        return out + (x[2] * 1e-8 * blocks if len(x) > 2 else 0.0)
+
+    def fit(rows: np.ndarray, with_block: bool) -> np.ndarray:
+        x0 = [base.get("eta_attn_decode", 0.7), base.get("floor_attention_s", 1e-5) / 1e-5]
+        lo, hi = [0.01, 0.0], [1.5, 50.0]
+        if with_block:
+            x0, lo, hi = x0 + [0.1], lo + [0.0], hi + [1e4]
+        r = least_squares(lambda x: (w * np.log(pred(x) / meas))[rows], x0, bounds=(lo, hi),
+                          method="trf")
+        return r.x
+
+    def err(x: np.ndarray, rows: np.ndarray) -> float:
+        return round(float(np.mean(np.abs(pred(x)[rows] / meas[rows] - 1.0))) * 100.0, 2)
+
+    everything = np.ones(len(dec), dtype=bool)
+    lo_rows, hi_rows = ctx <= short, ctx > split
+    out: dict[str, Any] = {"block_size": block_size, "rows": len(dec),
+                           "short_context": f"<= {short:g} tokens", "long_context": f"> {split:g} tokens"}
+    for name, with_block in (("cost_model", False), ("with_per_block_term", True)):
+        x_all, x_tr = fit(everything, with_block), fit(ctx <= split, with_block)
+        out[name] = {
+            "eta_attn_decode": round(float(x_all[0]), 4),
+            "floor_attention_us": round(float(x_all[1]) * 10.0, 2),
+            **({"per_block_ns": round(float(x_all[2]) * 10.0, 3)} if with_block else {}),
+            "mean_ape_pct_short": err(x_all, lo_rows), "mean_ape_pct_long": err(x_all, hi_rows),
+            "mean_ape_pct_all": err(x_all, everything),
+            "fit_short_held_out_long": {
+                "eta_attn_decode": round(float(x_tr[0]), 4),
+                **({"per_block_ns": round(float(x_tr[2]) * 10.0, 3)} if with_block else {}),
+                "mean_ape_pct_short": err(x_tr, lo_rows),
+                "mean_ape_pct_long_held_out": err(x_tr, hi_rows)}}
+    return out
+
+
 def fit_profiles(root: str | Path, hardware_name: str,
                  holdout: Sequence[str] | None = DEFAULT_HOLDOUT, name: str | None = None,
                  source: str | None = None, max_rows: int | None = None,
@@ -800,6 +949,20 @@ def fit_profiles(root: str | Path, hardware_name: str,
         vals.update(allreduce_latency_s=hw.link_latency_s, allreduce_bw_eff=1.0)
         notes.append("allreduce_latency_s, allreduce_bw_eff: no all-reduce table for this chip; "
                      "catalog link latency and bandwidth assumed")
+    cross = (load_cross_node_allreduce(tables.network)
+             if tables.network is not None and hw.scale_out_bw else None)
+    cross_quality = None
+    if cross is not None:
+        cross = sample(cross)
+        base = {k: vals[k] for k in ("allreduce_latency_s", "allreduce_bw_eff")}
+        vals.update(fit_group("allreduce_nic", cross, hw, fixed=base,
+                              residual=residual).values)
+        cross_quality = cross_node_quality(cross, hw, {**base, **{k: vals[k] for k in CROSS_NODE}},
+                                           residual)
+        notes.append("allreduce_nic_latency_s, allreduce_nic_bw_eff: fitted to the rows of "
+                     f"{tables.rel(tables.network)} whose workers span nodes (devices_per_node "
+                     "below num_workers), priced by roofline.cross_node_allreduce with the "
+                     "single-node fit's NVLink terms held; fit_quality.cross_node_allreduce")
     attn_fit: dict[str, float] | None = None
     if attn is not None and attn_hw is not None:
         attn_fit = fit_group("attention", attn, attn_hw, residual=residual).values
@@ -903,6 +1066,11 @@ def fit_profiles(root: str | Path, hardware_name: str,
         "holdouts": holdouts,
         "datasheet": _datasheet(hw, vals, compute, attn, attn_hw, network),
     }
+    if cross_quality is not None:
+        quality["cross_node_allreduce"] = cross_quality
+    if attn_fit is not None and attn_hw is not None and (attn["kind"] == "decode").any():
+        quality["decode_paged_kv"] = {"measured_on": attn_hw.name,
+                                      **decode_context_terms(attn, attn_hw, values=attn_fit)}
     other_nets = []
     for p in tables.network_other:
         try:
@@ -924,7 +1092,8 @@ def fit_profiles(root: str | Path, hardware_name: str,
     notes = notes + list(extra_notes or ())
     if max_rows is not None:
         notes.append(f"fitted on a random subsample of at most {max_rows} rows per table")
-    return ProfileFit(hardware=hw.name, values={k: float(vals[k]) for k in FITTED},
+    return ProfileFit(hardware=hw.name, values={k: float(vals[k]) for k in FITTED
+                                                if vals.get(k) is not None},
                       floors={f"{g}_s": float(f) for g, f in floors.items()}, quality=quality,
                       notes=notes, tables=used, name=name or hw.name,
                       source=source or f"per-operator tables under {tables.root}")
