@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.cost_models.routing import SKEW_POINTS
+
 try:
     import numba
 
@@ -26,18 +28,26 @@ except (ImportError, OSError):  # numba missing or not loading: the functions as
 #: attention FLOPs per unit of causal area, KV bytes per context token, attention rate,
 #: weight bandwidth, elementwise bytes per token, elementwise and attention-read bandwidth,
 #: dequantisation share, all-reduce seconds per token and per pass, fixed floors per pass,
-#: MoE: routed-expert bytes of all MoE layers per expert, experts per layer, and the share
-#: of experts a token misses (1 - top_k / experts).
+#: MoE: routed-expert bytes of all MoE layers per expert (slot), experts (expert slots) per
+#: layer, and the share of them a token misses (1 - top_k / experts).
 PARAMS = ("_lin_flops_per_token", "_head_flops_per_logit", "_dense_weight_bytes",
           "_lin_rate", "_t_half", "_attn_flops_per_qc", "_kv_bytes_per_ctx",
           "_attn_rate", "_bw", "_ew_bytes_per_token", "_ew_bw", "_attn_bw", "_dequant",
           "_comm_per_token", "_comm_fixed", "_overhead",
           "_moe_bytes_per_expert", "_moe_experts", "_moe_miss",
           "_win_attn_flops_per_qc", "_win_kv_bytes_per_ctx", "_window",
-          "_state_bytes_per_seq", "_lin_attn_flops_per_token")
+          "_state_bytes_per_seq", "_lin_attn_flops_per_token",
+          "_moe_routed_flops", "_a2a_skewed") + tuple(
+              f"_skew_{i}" for i in range(SKEW_POINTS))
 #: the layer kinds' entries (``pass_parts_kinds``): sliding-window layers' attention FLOPs
 #: per unit of area and KV bytes per context token, the window; linear-attention layers'
-#: state bytes per sequence and FLOPs per token (all 0 for a model of gqa/MLA layers only)
+#: state bytes per sequence and FLOPs per token (all 0 for a model of gqa/MLA layers only).
+#: Expert parallelism's routing skew (``routing_skew``): the routed experts' FLOPs per token
+#: per device, whether the per-token communication is the all-to-all (1: dp_attention) and
+#: the skew table ``_skew_i``, the busiest device's routed tokens / the mean at 2^i tokens
+#: (``ForwardCostModel.pass_params`` writes ``_skew_table`` there; all 0: no skew)
+ROUTED, A2A = PARAMS.index("_moe_routed_flops"), PARAMS.index("_a2a_skewed")
+SKEW = PARAMS.index("_skew_0")
 
 #: what ``pass_parts`` returns, in order
 PARTS = ("linear", "attention", "elementwise", "allreduce", "overhead", "compute", "memory",
@@ -64,6 +74,39 @@ def experts_touched(experts, miss, t):
 
 
 @_njit
+def routing_skew(p, t):
+    """Routed tokens on the busiest expert-parallel device / the mean, for a pass of ``t``
+    tokens: 1 without a skew table (``p[SKEW]`` 0); else the table (its point i at 2^i
+    tokens, ``cost_models/routing.py``), linear in tokens between two points, its first
+    value below one token and its last beyond the last point."""
+    if not p[SKEW] > 0:
+        return 1.0
+    if not t > 1.0:
+        return p[SKEW]
+    lo = 1.0
+    for i in range(SKEW_POINTS - 1):
+        hi = lo * 2.0
+        if t < hi:
+            a = p[SKEW + i]
+            return a + (t - lo) / lo * (p[SKEW + i + 1] - a)
+        lo = hi
+    return p[SKEW + SKEW_POINTS - 1]
+
+
+@_njit
+def moe_load(p, t):
+    """(skew, miss) of the busiest device in a pass of ``t`` tokens: its routed tokens / the
+    mean (``routing_skew``) and the chance a token misses a given expert slot of its, each
+    ``skew`` x as likely as the mean's to be picked: 1 - min(skew (1 - miss), 1) (the
+    uniform ``miss`` itself without a skew table)."""
+    if not p[SKEW] > 0:
+        return 1.0, p[18]
+    s = routing_skew(p, t)
+    hit = s * (1.0 - p[18])
+    return s, 1.0 - (hit if hit < 1.0 else 1.0)
+
+
+@_njit
 def pass_parts(p, t, qc, ctx, lg):
     """``pass_parts_kinds`` where the caller has no per-sequence aggregates: the window's
     KV read capped at ``lg`` sequences x the window, ``lg`` sequences (exact for plain decode,
@@ -79,7 +122,8 @@ def pass_parts_kinds(p, t, qc, ctx, lg, ctxw, nseq):
 
     Per group max(FLOPs / rate, bytes / bandwidth): linear layers (dequantisation on the
     compute side, efficiency T / (T + T_half) for small matmuls, the routed experts the
-    tokens touch), attention (the causal area's FLOPs vs the KV read); elementwise at its
+    tokens touch: on the busiest device under skewed expert parallelism, ``moe_load``),
+    attention (the causal area's FLOPs vs the KV read); elementwise at its
     bandwidth; all-reduce per token plus latency; fixed floors. A pass with no tokens is not
     launched and costs nothing.
 
@@ -96,8 +140,15 @@ def pass_parts_kinds(p, t, qc, ctx, lg, ctxw, nseq):
     attn_fpqc, kv_bpc, attn_rate, bw, ew_bpt = p[5], p[6], p[7], p[8], p[9]
     ew_bw, attn_bw, dequant, comm_pt, comm_fixed, overhead = (p[10], p[11], p[12], p[13],
                                                               p[14], p[15])
-    if p[17] > 0:  # routed experts: the weights of the experts these tokens touch
-        wbytes = wbytes + p[16] * experts_touched(p[17], p[18], t)
+    if p[17] > 0:  # routed experts: the weights of the experts these tokens touch (on the
+        # busiest device under skewed expert parallelism: its routed FLOPs x skew, the
+        # all-to-all's tokens x skew, its expert slots as if each skew x as likely)
+        s, miss = moe_load(p, t)
+        if p[SKEW] > 0:
+            lin_fpt = lin_fpt + (s - 1.0) * p[ROUTED]
+            if p[A2A] > 0:
+                comm_pt = comm_pt * s
+        wbytes = wbytes + p[16] * experts_touched(p[17], miss, t)
     c_lin = (lin_fpt * t + head_fpl * lg) / lin_rate
     if t_half > 0:  # small matmuls: efficiency T / (T + T_half) of the maximum
         c_lin = c_lin * (1.0 + t_half / nanmax(t, 1.0))

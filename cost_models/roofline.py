@@ -17,6 +17,7 @@ import numpy as np
 from .calibration import Calibration
 from .catalog import HardwareSpec, ModelSpec, Precision
 from .errors import CatalogError
+from .routing import SKEW_POINTS
 
 
 def attention_area(q, ctx):
@@ -213,6 +214,9 @@ class ForwardCostModel:
             self._moe_experts, self._moe_miss = e, 1.0 - m.moe.top_k / e
         else:
             self._moe_bytes_per_expert, self._moe_experts, self._moe_miss = 0.0, 0.0, 0.0
+        # expert parallelism's routing skew (``expert_parallel``): none unless it sets one
+        self._moe_routed_flops, self._a2a_skewed = 0.0, 0.0
+        self._skew_table = np.zeros(SKEW_POINTS)
         self._params: np.ndarray | None = None
 
     @staticmethod
@@ -251,36 +255,53 @@ class ForwardCostModel:
         else:
             self._lin_attn_flops_per_token = 0.0
 
-    def expert_parallel(self, dp_attention: bool = False, skew: float = 1.0) -> None:
+    def expert_parallel(self, dp_attention: bool = False, skew=1.0,
+                        redundant: int = 0) -> None:
         """Experts split whole over the group's ``tp`` devices (EP size = tp) instead of
         sharded (docs/architecture.md, "Expert parallelism"); called before the first
         pricing. Balanced routing (``skew`` 1) leaves every term as it is: a device reads
         its E/tp experts' share of the touched experts whole, the same bytes as 1/tp of each,
         and the experts' outputs combine in the all-reduce tensor parallelism already pays.
-        ``skew`` (routed tokens on the busiest device / the mean) prices the busiest device,
-        which every step waits for: its routed-expert FLOPs x skew, and the experts it
-        touches as if each were skew x as likely (E(1 - (1 - skew top_k / E)^T): at most all
-        of them). ``dp_attention``: each device attends its own sequences (attention, dense
-        MLP and shared-expert weights copied on every device; KV, MLA's latent included,
-        split by sequence), and each MoE layer dispatches and combines tokens by all-to-all
-        (``all_to_all_bytes``) instead of the all-reduces."""
+        ``skew`` (routed tokens on the busiest device / the mean: a number, or a table of
+        ``SKEW_POINTS`` values at 1, 2, 4, ... tokens, ``routing.skew_table``) prices the
+        busiest device, which every step waits for (``pass_rule.moe_load``): its
+        routed-expert FLOPs x skew, and the expert slots it touches as if each were skew x
+        as likely (S(1 - (1 - skew top_k / S)^T): at most all of them). ``redundant``
+        (EPLB's redundant experts): S = E + redundant expert slots per layer, redundant / tp
+        more experts' weights resident on each device. ``dp_attention``: each device attends
+        its own sequences (attention, dense MLP and shared-expert weights copied on every
+        device; KV, MLA's latent included, split by sequence), and each MoE layer dispatches
+        and combines tokens by all-to-all (``all_to_all_bytes``, its tokens x skew on the
+        busiest device) instead of the all-reduces."""
         if self._params is not None:
             raise RuntimeError("expert_parallel: call before the first pricing")
         m, tp = self.model, self.tp
         if m.moe is None or tp < 2:
             return
-        self.ep, self.dp_attention, self.routing_skew = tp, bool(dp_attention), float(skew)
+        table = np.asarray(skew, dtype=np.float64)
+        table = np.full(SKEW_POINTS, float(table)) if table.ndim == 0 else table.copy()
+        if table.shape != (SKEW_POINTS,) or not (table >= 1.0).all():
+            raise ValueError(f"expert_parallel: skew must be a number or {SKEW_POINTS} "
+                             "values, each at least 1")
+        self.ep, self.dp_attention = tp, bool(dp_attention)
+        self.routing_skew, self.redundant_experts = table, int(redundant)
         w_b = self.prec.weights.bytes_per_element
-        if skew != 1.0:
-            routed = 2.0 * m.n_moe_layers * m.moe.top_k * m.expert_params / tp
-            self._lin_flops_per_token += (skew - 1.0) * routed
-            self._moe_miss = 1.0 - min(skew * m.moe.top_k / m.moe.n_experts, 1.0)
+        if redundant:  # EPLB: replicas of the hottest experts in extra slots on each device
+            slots = m.moe.n_experts + int(redundant)
+            self._moe_experts, self._moe_miss = float(slots), 1.0 - m.moe.top_k / slots
+            self._extra_resident = (getattr(self, "_extra_resident", 0.0)
+                                    + self.redundant_expert_bytes())
+        if (table != 1.0).any():
+            self._skew_table = table
+            self._moe_routed_flops = 2.0 * m.n_moe_layers * m.moe.top_k * m.expert_params / tp
+            self._a2a_skewed = 1.0 if dp_attention else 0.0
         if not dp_attention:
             return
         copied = (m.attn_params + m.n_dense_layers * m.dense_mlp_params
                   + m.n_moe_layers * m.moe_always_params_per_layer)
         self._dense_weight_bytes += copied * w_b * (1.0 - 1.0 / tp)
-        self._extra_resident = copied * w_b * (1.0 - 1.0 / tp)
+        self._extra_resident = (getattr(self, "_extra_resident", 0.0)
+                                + copied * w_b * (1.0 - 1.0 / tp))
         u = m.kv_sizes(self.prec.kv_cache.bytes_per_element, 1)  # each device: its sequences
         self.kv_sizes = replace(u, full_per_token=u.full_per_token / tp,
                                 window_per_token=u.window_per_token / tp,
@@ -303,10 +324,20 @@ class ForwardCostModel:
             # with the same node's share over NVLink; the slower side sets the time
             intra, inter = (node - 1) / (tp - 1), (tp - node) / (tp - 1)
             per_byte = max(intra / link, inter / (nic * self.cal.allreduce_bw_eff))
-            self._comm_per_token = self._a2a_bytes_per_token * skew * per_byte
+            self._comm_per_token = self._a2a_bytes_per_token * per_byte
         else:
-            self._comm_per_token = self._a2a_bytes_per_token * skew / link
+            self._comm_per_token = self._a2a_bytes_per_token / link
         self._comm_fixed = 2 * m.n_moe_layers * lat
+
+    def redundant_expert_bytes(self) -> float:
+        """Resident bytes of EPLB's redundant experts on each device: redundant / ep more
+        experts per MoE layer, n_moe x (redundant / ep) x expert params x weight bytes (0
+        without them)."""
+        m, n = self.model, getattr(self, "redundant_experts", 0)
+        if not n or m.moe is None:
+            return 0.0
+        return (m.n_moe_layers * (n / self.tp) * m.expert_params
+                * self.prec.weights.bytes_per_element)
 
     def all_to_all_bytes(self, tokens):
         """Bytes each device sends per pass of ``tokens`` tokens under dp_attention: per MoE
@@ -324,11 +355,23 @@ class ForwardCostModel:
                 + getattr(self, "_extra_resident", 0.0))
 
     def experts_touched(self, tokens):
-        """Expected distinct experts per MoE layer hit by ``tokens`` routed tokens
-        (``pass_rule.experts_touched``)."""
+        """Expected distinct experts (expert slots) per MoE layer hit by ``tokens`` routed
+        tokens, as many as the busiest device's under routing skew x the group's size
+        (``pass_rule.experts_touched`` with ``moe_load``'s miss)."""
+        r, p = _rule(), self.pass_params()
+        return self._per_pass(tokens, lambda x: r.experts_touched(p[17], r.moe_load(p, x)[1],
+                                                                 x))
+
+    def skew(self, tokens):
+        """Routed tokens on the busiest expert-parallel device / the mean, for passes of
+        ``tokens`` tokens (``pass_rule.routing_skew``: 1 without skew)."""
+        r, p = _rule(), self.pass_params()
+        return self._per_pass(tokens, lambda x: r.routing_skew(p, x))
+
+    @staticmethod
+    def _per_pass(tokens, fn):
         t = np.asarray(tokens, dtype=np.float64)
-        out = np.array([_rule().experts_touched(self._moe_experts, self._moe_miss, float(x))
-                        for x in t.ravel()])
+        out = np.array([fn(float(x)) for x in t.ravel()])
         return out.reshape(t.shape) if t.ndim else float(out[0])
 
     # ------------------------------------------------------------------ pricing
@@ -345,7 +388,9 @@ class ForwardCostModel:
         (``pass_rule.PARAMS``), built on first use (a subclass may adjust its attributes in
         its own ``__init__``)."""
         if self._params is None:
-            self._params = np.array([float(getattr(self, a)) for a in _rule().PARAMS])
+            r = _rule()
+            self._params = np.array([float(getattr(self, a)) for a in r.PARAMS[:r.SKEW]]
+                                    + [float(x) for x in self._skew_table])
             self._params.flags.writeable = False
         return self._params
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specsim import limits
+from specsim.cost_models import routing
 from specsim.cost_models.calibration import (
     UNCALIBRATED_REF,
     Calibration,
@@ -25,7 +26,7 @@ from specsim.cost_models.errors import CatalogError
 from specsim.cost_models.roofline import ForwardCostModel
 from specsim.errors import ScenarioError
 from specsim.simulator.kv import prefix_cache as pc
-from specsim.simulator.scenario.schema import Scenario
+from specsim.simulator.scenario.schema import SAMPLED, Scenario
 from specsim.simulator.speculation import engine_config
 from specsim.simulator.speculation.acceptance import build_acceptance
 from specsim.simulator.speculation.drafters import (
@@ -141,11 +142,14 @@ class Deployment:
         self.hbm_bw = self.hw.hbm_bw
 
     def _expert_parallel(self, hw: Any) -> None:
-        """``hardware.expert_parallel`` / ``dp_attention`` / ``routing_skew`` checked and
-        handed to the target's cost model (``ForwardCostModel.expert_parallel``)."""
+        """``hardware.expert_parallel`` / ``dp_attention`` / ``routing_skew`` /
+        ``redundant_experts`` checked and handed to the target's cost model
+        (``ForwardCostModel.expert_parallel``; ``routing_skew: sampled``, the busiest
+        device's load by tokens per pass, from ``cost_models/routing.py``)."""
         m = self.model
         if not hw.expert_parallel:
-            for key, off in (("dp_attention", False), ("routing_skew", 1.0)):
+            for key, off in (("dp_attention", False), ("routing_skew", 1.0),
+                             ("redundant_experts", None)):
                 if getattr(hw, key) != off:
                     raise ScenarioError(f"hardware.{key}: needs hardware.expert_parallel: true "
                                         f"(got {getattr(hw, key)!r} without it)")
@@ -156,14 +160,31 @@ class Deployment:
         if m.moe.n_experts % self.tp:
             raise ScenarioError(f"hardware.tensor_parallel: {m.name}'s {m.moe.n_experts} experts "
                                 f"do not split evenly over {self.tp} expert-parallel devices")
-        self.target.expert_parallel(bool(hw.dp_attention), float(hw.routing_skew))
+        redundant = hw.redundant_experts
+        if redundant is not None and redundant % self.tp:
+            raise ScenarioError(f"hardware.redundant_experts: expected a multiple of the "
+                                f"{self.tp} expert-parallel devices (the same number of expert "
+                                f"slots on each), got {redundant}")
+        if redundant is not None and redundant > m.moe.n_experts:
+            raise ScenarioError(f"hardware.redundant_experts: expected at most {m.name}'s "
+                                f"{m.moe.n_experts} experts (a replica of each), got {redundant}")
+        if hw.routing_skew == SAMPLED:
+            skew = routing.skew_table(m.moe.n_experts, m.moe.top_k, self.tp, redundant)
+        else:
+            skew = float(hw.routing_skew)
+        self.target.expert_parallel(bool(hw.dp_attention), skew, redundant or 0)
         if self.tp > 1:
+            slots = m.moe.n_experts + (redundant or 0)
+            shown = (f"sampled ({min(skew):.2f}-{max(skew):.2f} by tokens per pass, "
+                     f"the busiest device priced)" if hw.routing_skew == SAMPLED
+                     else f"{hw.routing_skew:g} (the busiest device priced)")
             self.notes.append(
-                f"expert parallel over {self.tp} devices ({m.moe.n_experts // self.tp} experts "
-                f"each)" + (", attention data-parallel, all-to-all per MoE layer"
-                            if hw.dp_attention else "")
-                + (f", routing skew {hw.routing_skew:g} (the busiest device priced)"
-                   if hw.routing_skew != 1.0 else ""))
+                f"expert parallel over {self.tp} devices ({slots // self.tp} experts each"
+                + (f", EPLB: {redundant} redundant" if redundant is not None else "")
+                + ")" + (", attention data-parallel, all-to-all per MoE layer"
+                         if hw.dp_attention else "")
+                + (f", routing skew {shown}"
+                   if hw.routing_skew == SAMPLED or hw.routing_skew != 1.0 else ""))
 
     @property
     def speculating(self) -> bool:

@@ -192,7 +192,9 @@ def _price(S, B, k, ctx, tokens, qc, csum, logits, pf_tokens, pf_qc, seqs, chunk
     """``Executor.price`` over a plan, into out[0:7]: per step (seconds, draft s, verify s,
     FLOPs, bytes, draft FLOPs, draft bytes). ``cal``: engine fixed / per seq / per prefill
     and speculation per step / per seq / per token overheads; ``scal``: the drafter's own
-    scalar (CPU s per lookup, ratio, or seconds per token)."""
+    scalar (CPU s per lookup, ratio, or seconds per token). The target's pass is the one
+    pass rule's, its MoE term included (under expert parallelism with routing skew, the
+    busiest device's by the step's tokens: ``pass_rule.moe_load``)."""
     vt = out[2]
     flops = out[3]
     nbytes = out[4]

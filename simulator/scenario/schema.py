@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from specsim import values
 from specsim.errors import ScenarioError
 from specsim.messages import fail, fail_key, unknown_key
 from specsim.simulator.kv import radix as _radix  # noqa: F401  (registers lru, lfu, priority)
@@ -71,6 +72,26 @@ MAX_TREE_NODES = 4096  # nodes per depth at most (a sanity bound; SGLang trees a
 
 # ------------------------------------------------------------------ sections
 
+SAMPLED = "sampled"  # hardware.routing_skew: the busiest device's load sampled per pass size
+SKEW_HI = 64.0
+
+
+def _skew_in(value: Any) -> Any:
+    """``hardware.routing_skew``: a number from 1 to 64, or ``sampled``."""
+    if isinstance(value, str) and value == SAMPLED:
+        return value
+    if isinstance(value, str):
+        raise fail(f"expected a number from 1 to {SKEW_HI:g} or {SAMPLED}, got {show(value)}")
+    try:
+        return values.number(value, lo=1.0, hi=SKEW_HI)
+    except values.ValueRuleError as exc:
+        raise fail(str(exc)) from None
+
+
+_skew_in.kind, _skew_in.lo, _skew_in.hi = "float", 1.0, SKEW_HI
+Skew = Annotated[float | Literal["sampled"], BeforeValidator(_skew_in),
+                 Field(json_schema_extra={"minimum": 1.0, "maximum": SKEW_HI})]
+
 
 class Hardware(Section):
     accelerator: Ref = Field("H100-SXM", description="catalog name or inline mapping")
@@ -85,9 +106,14 @@ class Hardware(Section):
         False, description="attention data-parallel over the worker's devices (each its own "
                            "sequences, weights copied), experts by all-to-all; needs "
                            "expert_parallel")
-    routing_skew: Float(1.0, 64.0) = Field(
-        1.0, description="routed tokens on the busiest expert-parallel device / the mean "
-                         "(1: balanced, as with EPLB)")
+    routing_skew: Skew = Field(
+        1.0, description="routed tokens on the busiest expert-parallel device / the mean: "
+                         "a number (1: balanced), or sampled (by tokens per pass, from a "
+                         "measured expert popularity: docs/architecture.md)")
+    redundant_experts: OptInt(0, 65536) = Field(
+        None, description="EPLB: extra expert slots per MoE layer holding replicas of the "
+                          "hottest experts, a multiple of tensor_parallel (0: placement "
+                          "only; null: no EPLB); needs expert_parallel")
 
 
 class Quantization(Section):
