@@ -30,7 +30,12 @@ def scenario(**spec):
 
 
 def _chunked_plans(monkeypatch) -> list[int]:
-    """Counts segments planned through chunks (more than one step, a prefill going on)."""
+    """Counts segments planned through chunks (more than one step, a prefill going on), in
+    the SimPy worker loop (the compiled solo loop plans the same segments without
+    ``_segment``; tests/test_solo_loop.py checks it gives the same bits)."""
+    from specsim.simulator.cluster import solo
+
+    monkeypatch.setattr(solo, "ENABLED", False)
     seen: list[int] = []
     make = kernel_mod._segment  # every plan's Segment (Kernel.plan and Kernel.fused)
 

@@ -110,13 +110,15 @@ def test_rows_held_in_memory_never_exceed_a_chunk(tmp_path, monkeypatch):
 
     monkeypatch.setattr(iteration_log, "CHUNK_ROWS", 300)
     held: list[tuple[int, int]] = []
-    add = Metrics.rows_added
+    reserve = Metrics.reserve_rows  # (the SimPy loop's every commit; the solo loop's when
+    # its rows would pass a chunk)
 
     def spy(self, m):
-        add(self, m)
-        held.append((self._n, len(self._buf)))
+        out = reserve(self, m)
+        held.append((self._n + m, len(self._buf)))
+        return out
 
-    monkeypatch.setattr(Metrics, "rows_added", spy)
+    monkeypatch.setattr(Metrics, "reserve_rows", spy)
     assert main(["run", str(CHAT), "--quiet", "--set", "workload.synthetic.requests=500",
                  "--out", str(tmp_path / "o"), "--no-report"]) == 0
     rows = len(iteration_log.read_log(tmp_path / "o"))

@@ -89,7 +89,13 @@ class Simulation:
         self._plan_arrivals()
         self.overload: dict[str, Any] | None = None  # set when the watch stops the run
         self.watch = make_watch(self, sc.simulation.overload)
-        self.env.process(self.arrivals.process())
+        # one worker on an open-loop trace: the compiled solo loop (cluster/solo.py) runs
+        # it, the same bits as the SimPy processes; else the arrivals' SimPy process
+        from specsim.simulator.cluster import solo
+
+        self.solo = solo.SoloRun(self) if solo.applies(self) else None
+        if self.solo is None:
+            self.env.process(self.arrivals.process())
 
     def _build_pools(self) -> None:
         """Every pool's workers and router, and the hand-off of each link. The decoding
@@ -270,7 +276,9 @@ class Simulation:
     # ------------------------------------------------------------------ running
     def run(self) -> None:
         try:
-            if self.horizon is not None:
+            if self.solo is not None:
+                self.solo.go()
+            elif self.horizon is not None:
                 self.env.run(until=self.horizon)
             else:
                 self.env.run()

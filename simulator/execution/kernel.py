@@ -208,8 +208,11 @@ class Kernel:
         return self._kj.frozen(d.row_alpha(rows, self.t.cls_idx[rows], MAX_DEPTH),
                                np.float64), True
 
-    def plan(self, shape: StepShape, now: float, steps: int, fixed_k: int | None) -> Segment:
-        """Plan up to ``steps`` iterations starting at ``now`` (1 unless ``fixed_k`` is set)."""
+    def plan(self, shape: StepShape, now: float, steps: int, fixed_k: int | None,
+             packed: bool = False) -> Segment:
+        """Plan up to ``steps`` iterations starting at ``now`` (1 unless ``fixed_k`` is set).
+        ``packed`` (the compiled pricing only): the plan as ``_plan_priced`` returns it,
+        (rows, pre0, chunking, S, m, Ia, Bo, Iv, F), for the compiled solo loop."""
         chunking = shape.chunking and steps > 1 and fixed_k is not None
         t, d, fn = self.t, self.drafter, self.fn
         rows = shape.rows
@@ -234,6 +237,8 @@ class Kernel:
         with _quiet(self.compiled):
             if pr and self._accepted is None:
                 S, m, Ia, Bo, Iv, F = fn.plan_priced(*args, float(now), *pr)
+                if packed:
+                    return rows, pre0, chunking, S, m, Ia, Bo, Iv, F
                 (dt, draft, verify, flops, nbytes, dflops, dbytes, tokens, pf_tokens, start,
                  end) = F
             else:
@@ -319,15 +324,7 @@ class Kernel:
             ro = self._read(t, None)  # the same tuple while the table's columns are
             if ro is not read:
                 read = ro
-                output, match_key, accept_key, cls_idx, alpha_scale, _, alpha_table = ro
-                static = (int(policy.fixed_k), int(sch.token_budget),
-                          bool(sch.chunked_prefill), t.generated, output, t.steps, match_key,
-                          accept_key, cls_idx, alpha_scale, t.kv_len, t.blocks, _EMPTY_I,
-                          False, int(self.kv_total), int(self.kv_total), 0, False, alpha_table,
-                          bool(d.proposes_always), float(d.match_rate), self.widths,
-                          self.use_tree, int(self.bs), t.prefill_target,
-                          bool(getattr(t, "hands_off", False)), _EMPTY_F2, False,
-                          *self._price_args())
+                static = self.fused_static(worker)
             rows = worker.run
             with _quiet(self.compiled):
                 fits, multi, pre0, chunking, S, m, Ia, Bo, Iv, F = fn.shape_plan_priced(
@@ -338,6 +335,19 @@ class Kernel:
             return _segment(rows, pre0, chunking, S, m, Ia, Bo, Iv, *F), multi
 
         return plan
+
+    def fused_static(self, worker) -> tuple:
+        """What the fused shape + plan (``_shape_plan_priced``) reads after its first five
+        arguments: the policy's k, the scheduler's budget, the table's columns, the drafter
+        and the pricing, as data (a worker ``fused`` accepts)."""
+        t, d, sch = self.t, self.drafter, worker.scheduler
+        output, match_key, accept_key, cls_idx, alpha_scale, _, alpha_table = self._read(t, None)
+        return (int(worker.policy.fixed_k), int(sch.token_budget), bool(sch.chunked_prefill),
+                t.generated, output, t.steps, match_key, accept_key, cls_idx, alpha_scale,
+                t.kv_len, t.blocks, _EMPTY_I, False, int(self.kv_total), int(self.kv_total), 0,
+                False, alpha_table, bool(d.proposes_always), float(d.match_rate), self.widths,
+                self.use_tree, int(self.bs), t.prefill_target,
+                bool(getattr(t, "hands_off", False)), _EMPTY_F2, False, *self._price_args())
 
     # ------------------------------------------------------------------ commit
     def _builtin_ledger(self, ledger) -> bool:
@@ -362,19 +372,13 @@ class Kernel:
             return seg.rows[:0]
         n = b - a
         t, rows = self.t, seg.rows
-        hist = self.accept_hist
         buf, row0 = metrics.reserve_rows(n) if record else (_NO_BUF, 0)
         cls_idx = self._read(t, self.shared)[3]
         static = self._commit_static
         if static is None or static[0] is not ledger or static[1] is not cls_idx:
             # what stays the same from one commit to the next: the table's columns, the
             # ledger's constants, the histogram
-            static = self._commit_static = (ledger, cls_idx, (
-                t.generated, t.accepted, t.bonus, t.drafted, t.steps, t.kv_len, t.blocks,
-                t.last_delivery, t.first_token, t.finish,
-                bool(self.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
-                float(ledger.hbm_bw), getattr(ledger, "power", _NO_POWER),
-                hist if hist is not None else _NO_HIST, cls_idx, hist is not None))
+            static = self._commit_static = (ledger, cls_idx, self.commit_args(ledger))
         pre = seg.pre_steps
         chunked = pre is not None
         with _quiet(self.compiled):
@@ -405,6 +409,17 @@ class Kernel:
         if record:  # _commit wrote the rows in place
             metrics.rows_added(n)
         return Io
+
+    def commit_args(self, ledger) -> tuple:
+        """``_commit``'s arguments that stay the same from one commit to the next: the
+        table's columns, the ledger's constants, the accepted-length histogram."""
+        t, hist = self.t, self.accept_hist
+        return (t.generated, t.accepted, t.bonus, t.drafted, t.steps, t.kv_len, t.blocks,
+                t.last_delivery, t.first_token, t.finish,
+                bool(self.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
+                float(ledger.hbm_bw), getattr(ledger, "power", _NO_POWER),
+                hist if hist is not None else _NO_HIST, self._read(t, self.shared)[3],
+                hist is not None)
 
     def _ledger_hook(self, seg: Segment, a: int, b: int, ledger):
         """A plug-in ledger's ``add`` of steps [a, b): (compute, memory utilisation)."""

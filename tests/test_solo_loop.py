@@ -1,0 +1,138 @@
+"""The compiled solo loop (``cluster/solo.py``, ``execution/solo_jit.py``) is the SimPy run
+of a one-worker fleet, bit for bit: the same metrics.json, requests and iteration log
+through ties, a horizon, the overload watch's stop, preemption, a full queue, chunked
+prefill, rejections, and both the compiled and the pure-Python kernel."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from specsim.simulator.cluster import solo
+from specsim.simulator.cluster.engine import run_scenario
+from specsim.simulator.cluster.simulation import Simulation
+
+BASE = {"model": "Llama-3.1-8B", "hardware": {"accelerator": "H100-SXM", "count": 1},
+        "speculation": {"method": "eagle3", "k": 4,
+                        "acceptance": {"profile": "qwen3-8b-eagle3"}},
+        "workload": {}, "slo": {"ttft_s": 1.0, "tpot_s": 0.05},
+        "simulation": {"progress": False, "record_iterations": True}}
+
+
+def _trace(n: int, qps: float, seed: int = 0, grid: float | None = None, big: int = 0,
+           plen=(100, 2000), olen=(20, 400)) -> pd.DataFrame:
+    r = np.random.default_rng(seed)
+    arr = np.cumsum(r.exponential(1 / qps, n))
+    if grid:
+        arr = np.floor(arr / grid) * grid
+    p = r.integers(*plen, n)
+    if big:
+        p[r.choice(n, big, replace=False)] = 200_000
+    return pd.DataFrame({
+        "arrival_s": arr, "request_id": np.arange(n), "session_id": -1, "turn": 0,
+        "prompt_tokens": p, "output_tokens": r.integers(*olen, n), "workload_class": "chat",
+        "prefix_block_ids": [()] * n, "temperature": 0.0, "slo_tier": "standard"})
+
+
+def _scenario(**keys) -> dict:
+    s = copy.deepcopy(BASE)
+    for path, v in keys.items():
+        d = s
+        *head, last = path.split("__")
+        for k in head:
+            d = d.setdefault(k, {})
+        d[last] = v
+    return s
+
+
+def _fingerprint(r) -> tuple[str, str, str]:
+    m = dict(r.metrics)
+    m.pop("wall_time_s", None)
+
+    def h(x: str) -> str:
+        return hashlib.sha256(x.encode()).hexdigest()
+
+    return (h(json.dumps(m, sort_keys=True, default=str)), h(r.requests.to_csv()),
+            h(r.iterations.to_csv()))
+
+
+def _both(monkeypatch, scenario: dict, trace: pd.DataFrame):
+    runs = []
+    for on in (True, False):
+        monkeypatch.setattr(solo, "ENABLED", on)
+        runs.append(run_scenario(copy.deepcopy(scenario), trace=trace.copy()))
+    return runs
+
+
+CASES = {
+    "plain": (_scenario(), _trace(300, 8)),
+    "no speculation": (_scenario(speculation={"method": "none"}), _trace(300, 8)),
+    "arrivals on a 0.5 s grid (ties)": (_scenario(), _trace(300, 8, grid=0.5)),
+    "all at once": (_scenario(), _trace(150, 1e9, grid=1.0)),
+    "horizon": (_scenario(simulation__horizon_s=15.0), _trace(300, 8)),
+    "overload stop": (_scenario(simulation__overload={"window_s": 1, "windows": 2,
+                                                       "max_wait_s": 0.5},
+                                scheduler={"max_batch": 2}), _trace(2000, 50)),
+    "preemption": (_scenario(scheduler={"max_batch": 256, "token_budget": 8192},
+                             hardware={"accelerator": "H100-SXM", "count": 1,
+                                       "memory_fraction": 0.3}),
+                   _trace(300, 30, plen=(1000, 6000), olen=(200, 2000))),
+    "a full batch blocks the queue": (_scenario(scheduler={"max_batch": 4}), _trace(200, 20)),
+    "queue full": (_scenario(scheduler={"max_batch": 8, "max_queue": 5}), _trace(200, 40)),
+    "chunked prefill, small budget": (_scenario(scheduler={"token_budget": 256,
+                                                           "chunked_prefill": True}),
+                                      _trace(200, 10)),
+    "too long for the context": (_scenario(), _trace(200, 8, big=20)),
+    "n-gram lookup": (_scenario(speculation={"method": "ngram", "k": 3,
+                                             "acceptance": {"alpha": 0.6}}), _trace(200, 8)),
+    "one step at a time": (_scenario(simulation__fast_path=False), _trace(120, 8)),
+    "pure Python kernel": (_scenario(simulation__compiled=False), _trace(80, 8)),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_same_bits_as_the_simpy_run(monkeypatch, name):
+    scenario, trace = CASES[name]
+    a, b = _both(monkeypatch, scenario, trace)
+    assert _fingerprint(a) == _fingerprint(b)
+    assert a.metrics["iterations"] > 0
+
+
+def test_the_stress_cases_exercise_what_they_name(monkeypatch):
+    """Each case reaches the branch it is there for (else the comparison proves little)."""
+    monkeypatch.setattr(solo, "ENABLED", True)
+    r = run_scenario(copy.deepcopy(CASES["overload stop"][0]),
+                     trace=CASES["overload stop"][1].copy())
+    assert r.metrics["overload"] is not None
+    r = run_scenario(copy.deepcopy(CASES["preemption"][0]), trace=CASES["preemption"][1].copy())
+    assert r.metrics["preemptions"] > 0
+    r = run_scenario(copy.deepcopy(CASES["queue full"][0]), trace=CASES["queue full"][1].copy())
+    assert r.metrics["requests_rejected"] > 0
+
+
+def _sim(scenario: dict, trace: pd.DataFrame) -> Simulation:
+    from pathlib import Path
+
+    from specsim.simulator.api import load_scenario
+
+    sc, base, _ = load_scenario(scenario, [], None)
+    return Simulation(sc, trace, Path(base) if base else Path("."))
+
+
+@pytest.mark.parametrize("keys,solo_runs", [
+    ({}, True),
+    ({"hardware": {"accelerator": "H100-SXM", "count": 2}}, False),  # two workers: a router
+    ({"speculation": {"method": "eagle3", "policy": "feedback",
+                      "acceptance": {"profile": "qwen3-8b-eagle3"}}}, False),
+    ({"kv_cache": {"prefix_cache": True}}, False),
+])
+def test_where_it_runs(keys, solo_runs):
+    s = copy.deepcopy(BASE)
+    s.update(keys)
+    sim = _sim(s, _trace(20, 5))
+    assert (sim.solo is not None) is solo_runs
