@@ -18,6 +18,9 @@ from specsim.cost_models.routing import SKEW_POINTS
 try:
     import numba
 
+    from specsim import numba_cache
+
+    numba_cache.install()  # one cache key for every file of the compiled kernel
     _njit = numba.njit(cache=True, error_model="numpy", nogil=True)
 except (ImportError, OSError):  # numba missing or not loading: the functions as written
     def _njit(fn):

@@ -17,6 +17,9 @@ from specsim.cost_models.pass_rule import nanmax
 try:
     import numba
 
+    from specsim import numba_cache
+
+    numba_cache.install()  # one cache key for every file of the compiled kernel
     WHY_NOT = ""
 except (ImportError, OSError) as exc:  # a core dependency; without it (or where its LLVM
     # library cannot be loaded, e.g. under a small address-space limit) every kernel

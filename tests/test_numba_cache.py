@@ -1,0 +1,52 @@
+"""The compiled kernel's on-disk cache is keyed to all of its files (specsim/numba_cache.py):
+an edit to any one of them (pass_rule.py, say) recompiles every kernel function, where
+numba's own key, the function's file alone, would keep running the old rule."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+numba = pytest.importorskip("numba")
+
+from specsim import numba_cache  # noqa: E402
+from specsim.cost_models import pass_rule  # noqa: E402
+from specsim.simulator.execution import kernel_jit, numpy_order, solo_jit  # noqa: E402
+
+
+def test_the_stamp_covers_every_file(tmp_path):
+    copies = []
+    for p in numba_cache.KERNEL_SOURCES:
+        dst = tmp_path / os.path.basename(p)
+        shutil.copy(p, dst)
+        copies.append(str(dst))
+    before = numba_cache.stamp(tuple(copies))
+    assert numba_cache.stamp(tuple(copies)) == before  # the same contents, the same stamp
+    for path in copies:
+        with open(path, "a") as f:
+            f.write("\n# edited\n")
+        after = numba_cache.stamp(tuple(copies))
+        assert after != before, path
+        before = after
+
+
+def _dispatchers(module):
+    return [v for v in vars(module).values() if hasattr(v, "py_func") and hasattr(v, "stats")]
+
+
+def test_every_kernel_function_is_stamped_by_the_whole_kernel():
+    assert numba_cache.install()
+    mods = (pass_rule, numpy_order, kernel_jit, solo_jit)
+    files = {os.path.realpath(p) for p in numba_cache.KERNEL_SOURCES}
+    seen = 0
+    for mod in mods:
+        assert os.path.realpath(mod.__file__) in files
+        for d in _dispatchers(mod):
+            locator = d._cache._impl.locator
+            assert os.path.realpath(d.py_func.__code__.co_filename) in files
+            assert type(locator).__name__.startswith("Kernel"), (mod.__name__, d.__name__)
+            assert locator.get_source_stamp() == numba_cache.stamp()
+            seen += 1
+    assert seen > 20
