@@ -15,6 +15,10 @@ FP8 = {"weights": "fp8", "kv_cache": "bf16"}
 
 
 def _deploy(model="DeepSeek-V3", tp=8, quant=FP8, hw="H200-SXM", **keys):
+    """A deployment; balanced routing (skew 1) unless ``keys`` say (the scenario's default
+    under expert parallelism is the sampled skew: test_the_default_skew_is_sampled)."""
+    if keys.get("expert_parallel") and "routing_skew" not in keys:
+        keys["routing_skew"] = 1.0
     sc = {"model": model, "quantization": quant,
           "hardware": {"accelerator": hw, "count": tp, "tensor_parallel": tp, **keys},
           "speculation": {"method": "none"}, "workload": {}, "simulation": {"progress": False}}

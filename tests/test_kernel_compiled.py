@@ -181,8 +181,12 @@ def test_the_fused_shape_and_plan_is_used_and_falls_back_when_kv_is_short(monkey
     a static-k fcfs worker, and hands a step whose KV growth does not fit to the Python
     scheduler (which preempts); segments against step by step are tested above."""
     _numba()
+    from specsim.simulator.cluster import solo
     from specsim.simulator.execution import kernel_jit
 
+    # the SimPy worker's calls (the solo loop makes the same ones inside compiled code:
+    # tests/test_solo_loop.py, "preemption")
+    monkeypatch.setattr(solo, "ENABLED", False)
     calls = {"fused": 0, "short": 0}
     real = kernel_jit._shape_plan_priced
 

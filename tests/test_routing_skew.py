@@ -23,6 +23,10 @@ T = np.array([1.0, 3.0, 8.0, 64.0, 512.0, 4096.0, 5e6])
 
 
 def _deploy(model="DeepSeek-V3", tp=8, quant=FP8, hw="H200-SXM", **keys):
+    """A deployment; balanced routing (skew 1) unless ``keys`` say (the scenario's default
+    under expert parallelism is the sampled skew: test_the_default_skew_is_sampled)."""
+    if keys.get("expert_parallel") and "routing_skew" not in keys:
+        keys["routing_skew"] = 1.0
     sc = {"model": model, "quantization": quant,
           "hardware": {"accelerator": hw, "count": tp, "tensor_parallel": tp, **keys},
           "speculation": {"method": "none"}, "workload": {}, "simulation": {"progress": False}}
@@ -49,6 +53,26 @@ def test_no_skew_prices_bit_for_bit_as_the_uniform_model():
         for a, b in zip(_prices(uniform), _prices(ep), strict=True):
             assert np.array_equal(a, b)
         assert (ep.target.skew(T) == 1.0).all()
+
+
+def test_the_default_skew_is_sampled():
+    """A scenario that turns expert parallelism on and says nothing of the skew gets the
+    sampled one (the sourced measurement), and its run notes say so."""
+    sc = {"model": "DeepSeek-V3", "quantization": FP8,
+          "hardware": {"accelerator": "H200-SXM", "count": 8, "tensor_parallel": 8,
+                       "expert_parallel": True},
+          "speculation": {"method": "none"}, "workload": {}, "simulation": {"progress": False}}
+    scenario, base, _ = load_scenario(sc)
+    default = Deployment(scenario, base)
+    sampled = _deploy(expert_parallel=True, routing_skew="sampled")
+    assert np.array_equal(default.target.pass_params(), sampled.target.pass_params())
+    assert default.target.skew(np.array([1.0]))[0] > 2.0
+    assert any("routing skew sampled" in n and "the default" in n for n in default.notes)
+    # without expert parallelism nothing is skewed, and a balanced 1 is accepted
+    scenario, base, _ = load_scenario({**sc, "hardware": {**sc["hardware"],
+                                                          "expert_parallel": False,
+                                                          "routing_skew": 1}})
+    assert not Deployment(scenario, base).target.pass_params()[pass_rule.ROUTED:].any()
 
 
 def test_dense_and_single_device_models_have_no_skew_entries():
@@ -156,12 +180,13 @@ def test_the_kernel_runs_the_same_rule():
     ov = ["model=Qwen3-30B-A3B", "hardware.count=4", "hardware.tensor_parallel=4",
           "hardware.expert_parallel=true", "workload.synthetic.requests=12",
           "simulation.compiled=false"]
-    base = run_scenario(CHAT, overrides=ov)
+    base = run_scenario(CHAT, overrides=[*ov, "hardware.routing_skew=1"])
     hot = run_scenario(CHAT, overrides=[*ov, "hardware.routing_skew=sampled"])
     assert len(hot.iterations) > 0
     assert hot.metrics["tpot_s"]["mean"] > base.metrics["tpot_s"]["mean"]
-    # compiled, the same bits (numba caches the kernel by its own file's source: a kernel
-    # compiled before the pass rule changed would price this run as balanced)
+    # compiled, the same bits (the kernel's cache is keyed to all of its files,
+    # specsim/numba_cache.py: one compiled before the pass rule changed would have priced
+    # this run as balanced)
     pytest.importorskip("numba")
     fast = run_scenario(CHAT, overrides=[*ov[:-1], "simulation.compiled=true",
                                          "hardware.routing_skew=sampled"])

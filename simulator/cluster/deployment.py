@@ -148,9 +148,10 @@ class Deployment:
         device's load by tokens per pass, from ``cost_models/routing.py``)."""
         m = self.model
         if not hw.expert_parallel:
-            for key, off in (("dp_attention", False), ("routing_skew", 1.0),
+            for key, off in (("dp_attention", False), ("routing_skew", None),
                              ("redundant_experts", None)):
-                if getattr(hw, key) != off:
+                if getattr(hw, key) != off and not (key == "routing_skew"
+                                                    and hw.routing_skew == 1.0):
                     raise ScenarioError(f"hardware.{key}: needs hardware.expert_parallel: true "
                                         f"(got {getattr(hw, key)!r} without it)")
             return
@@ -168,23 +169,25 @@ class Deployment:
         if redundant is not None and redundant > m.moe.n_experts:
             raise ScenarioError(f"hardware.redundant_experts: expected at most {m.name}'s "
                                 f"{m.moe.n_experts} experts (a replica of each), got {redundant}")
-        if hw.routing_skew == SAMPLED:
+        given = SAMPLED if hw.routing_skew is None else hw.routing_skew  # sampled: the default
+        if given == SAMPLED:
             skew = routing.skew_table(m.moe.n_experts, m.moe.top_k, self.tp, redundant)
         else:
-            skew = float(hw.routing_skew)
+            skew = float(given)
         self.target.expert_parallel(bool(hw.dp_attention), skew, redundant or 0)
         if self.tp > 1:
             slots = m.moe.n_experts + (redundant or 0)
             shown = (f"sampled ({min(skew):.2f}-{max(skew):.2f} by tokens per pass, "
-                     f"the busiest device priced)" if hw.routing_skew == SAMPLED
-                     else f"{hw.routing_skew:g} (the busiest device priced)")
+                     f"the busiest device priced"
+                     + ("; the default, hardware.routing_skew: 1 for balanced)"
+                        if hw.routing_skew is None else ")") if given == SAMPLED
+                     else f"{given:g} (the busiest device priced)")
             self.notes.append(
                 f"expert parallel over {self.tp} devices ({slots // self.tp} experts each"
                 + (f", EPLB: {redundant} redundant" if redundant is not None else "")
                 + ")" + (", attention data-parallel, all-to-all per MoE layer"
                          if hw.dp_attention else "")
-                + (f", routing skew {shown}"
-                   if hw.routing_skew == SAMPLED or hw.routing_skew != 1.0 else ""))
+                + (f", routing skew {shown}" if given == SAMPLED or given != 1.0 else ""))
 
     @property
     def speculating(self) -> bool:

@@ -77,7 +77,10 @@ SKEW_HI = 64.0
 
 
 def _skew_in(value: Any) -> Any:
-    """``hardware.routing_skew``: a number from 1 to 64, or ``sampled``."""
+    """``hardware.routing_skew``: a number from 1 to 64, or ``sampled`` (None: the default,
+    sampled under expert parallelism)."""
+    if value is None:
+        return None
     if isinstance(value, str) and value == SAMPLED:
         return value
     if isinstance(value, str):
@@ -89,7 +92,7 @@ def _skew_in(value: Any) -> Any:
 
 
 _skew_in.kind, _skew_in.lo, _skew_in.hi = "float", 1.0, SKEW_HI
-Skew = Annotated[float | Literal["sampled"], BeforeValidator(_skew_in),
+Skew = Annotated[float | Literal["sampled"] | None, BeforeValidator(_skew_in),
                  Field(json_schema_extra={"minimum": 1.0, "maximum": SKEW_HI})]
 
 
@@ -107,9 +110,10 @@ class Hardware(Section):
                            "sequences, weights copied), experts by all-to-all; needs "
                            "expert_parallel")
     routing_skew: Skew = Field(
-        1.0, description="routed tokens on the busiest expert-parallel device / the mean: "
-                         "a number (1: balanced), or sampled (by tokens per pass, from a "
-                         "measured expert popularity: docs/architecture.md)")
+        None, description="routed tokens on the busiest expert-parallel device / the mean: "
+                          "a number (1: balanced), or sampled (by tokens per pass, from a "
+                          "measured expert popularity: docs/architecture.md); default: "
+                          "sampled under expert_parallel")
     redundant_experts: OptInt(0, 65536) = Field(
         None, description="EPLB: extra expert slots per MoE layer holding replicas of the "
                           "hottest experts, a multiple of tensor_parallel (0: placement "
