@@ -5,6 +5,7 @@ state terms, and the deployment's KV blocks, reservations and PD transfer bytes.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -172,46 +173,97 @@ def _deploy(model, tp, count=None, spec=None, **sections):
     return Deployment(scenario, base)
 
 
-def test_kv_blocks_hold_the_full_layers_kv_after_the_states():
+def test_kv_blocks_hold_the_full_layers_kv_and_each_sequence_takes_its_state():
+    """Without a prefix cache each running sequence takes its linear layers' state from the
+    block pool (vLLM v1's hybrid allocator): ceil(state / block bytes) blocks at admission,
+    returned at its end; with one, the states stay set aside for max_batch sequences."""
     d = _deploy("Qwen3.6-35B-A3B", 2, scheduler={"max_batch": 64})
     s = d.target.kv_sizes
     usable = d.hw.hbm_bytes * d.sc.hardware.memory_fraction
-    reserve = 64 * s.state_per_seq
-    want = int((usable - d.target.weight_bytes_per_device - reserve)
-               // (s.full_per_token * d.block_size))
-    assert d.kv_blocks == want
+    block = s.full_per_token * d.block_size
+    assert d.kv_blocks == int((usable - d.target.weight_bytes_per_device) // block)
+    assert d.state_blocks == math.ceil(s.state_per_seq / block) > 0
     assert d.kv_bytes_per_token_device == s.full_per_token
+    assert any("hybrid KV cache manager" in n for n in d.notes)
+    cached = _deploy("Qwen3.6-35B-A3B", 2, scheduler={"max_batch": 64},
+                     kv_cache={"prefix_cache": True})
+    assert cached.state_blocks == 0
+    assert cached.kv_blocks == int((usable - d.target.weight_bytes_per_device
+                                    - 64 * s.state_per_seq) // block)
     # the sizes a PD transfer moves: each byte once (2 KV heads sharded over 2 devices)
     w = d.kv_worker
     assert w.full_per_token == pytest.approx(2 * s.full_per_token)
     assert w.state_per_seq == pytest.approx(2 * s.state_per_seq)
 
 
-def test_speculation_reserves_k_plus_1_states_per_sequence():
+def test_speculation_takes_k_plus_1_states_per_sequence():
     base = _deploy("Qwen3.6-35B-A3B", 2, scheduler={"max_batch": 32})
     d = _deploy("Qwen3.6-35B-A3B", 2, scheduler={"max_batch": 32},
                 spec={"method": "mtp", "k": 3, "acceptance": {"alpha": 0.8}})
     s = d.target.kv_sizes
     per_token = d.kv_bytes_per_token_device  # target's full layers + the MTP module's layer
     assert per_token > s.full_per_token
-    reserve = 32 * 4 * s.state_per_seq  # 1 + k states per sequence
     usable = d.hw.hbm_bytes * d.sc.hardware.memory_fraction
-    assert d.kv_blocks == int((usable - d.weight_bytes_device - reserve)
-                              // (per_token * d.block_size))
-    assert base.kv_blocks > d.kv_blocks
+    assert d.kv_blocks == int((usable - d.weight_bytes_device) // (per_token * d.block_size))
+    # 1 + k states per sequence
+    assert d.state_blocks == math.ceil(4 * s.state_per_seq / (per_token * d.block_size))
+    assert d.state_blocks > base.state_blocks and base.kv_blocks > d.kv_blocks
 
 
-def test_window_layers_reserve_window_plus_one_block_per_sequence():
+def test_window_layers_take_window_plus_one_block_per_sequence():
     d = _deploy("gpt-oss-20b", 1, scheduler={"max_batch": 100},
                 quantization={"weights": "mxfp4"})
     s = d.target.kv_sizes
-    reserve = 100 * s.window_per_token * (128 + d.block_size)
     usable = d.hw.hbm_bytes * d.sc.hardware.memory_fraction
-    want = int((usable - d.target.weight_bytes_per_device - reserve)
-               // (s.full_per_token * d.block_size))
-    assert d.kv_blocks == want
+    block = s.full_per_token * d.block_size
+    assert d.kv_blocks == int((usable - d.target.weight_bytes_per_device) // block)
+    assert d.state_blocks == math.ceil(s.window_per_token * (128 + d.block_size) / block)
     assert d.kv_worker.sequence_bytes(1000) == pytest.approx(
         1000 * s.full_per_token + 128 * s.window_per_token)
+
+
+def test_each_running_sequence_holds_its_state_blocks_and_returns_them():
+    """In a run the pool's used blocks are the rows' KV blocks plus their state blocks, the
+    requests' own counts agree (the invariant), everything is returned at the end, and the
+    compiled solo loop gives the SimPy run's bits."""
+    from specsim.simulator.cluster import solo
+    from specsim.simulator.cluster.engine import run_scenario
+    from specsim.simulator.cluster.simulation import Simulation
+
+    sc = {"model": "Qwen3.6-35B-A3B",
+          "hardware": {"accelerator": "H100-SXM", "count": 2, "tensor_parallel": 2},
+          "speculation": {"method": "mtp", "k": 2, "acceptance": {"alpha": 0.7}},
+          "workload": {"synthetic": {
+              "requests": 60, "arrival": {"process": "poisson", "rate": 4.0},
+              "prompt_tokens": {"distribution": "lognormal", "mean": 500, "sigma": 1.0,
+                                "max": 8000},
+              "output_tokens": {"distribution": "lognormal", "mean": 300, "sigma": 0.8,
+                                "max": 2000}}},
+          "scheduler": {"max_batch": 16},
+          "simulation": {"progress": False, "record_iterations": True}}
+    scenario, base, _ = load_scenario(sc)
+    from specsim.simulator.api import build_trace
+
+    trace = build_trace(scenario, base, 262144)
+    sim = Simulation(scenario, trace, base)
+    w = sim.workers[0]
+    blocks = w.kv.state_blocks
+    assert blocks > 0
+    sim.run()
+    sim.check_invariants()
+    assert w.kv.used == 0 and w.kv.peak > blocks
+    t = sim.table
+    assert (t.blocks == 0).all()
+    runs = []
+    for on in (True, False):
+        solo.ENABLED = on
+        try:
+            runs.append(run_scenario(sc))
+        finally:
+            solo.ENABLED = True
+    a, b = runs
+    assert a.requests.equals(b.requests) and a.iterations.equals(b.iterations)
+    assert a.metrics["kv_peak_utilization"] == b.metrics["kv_peak_utilization"]
 
 
 def test_linear_heads_must_split_over_tensor_parallel():

@@ -30,7 +30,7 @@ from specsim.errors import ScenarioError
 from specsim.simulator.cluster.deployment import Deployment, workers_of
 from specsim.simulator.cluster.worker import Ledger, Worker
 from specsim.simulator.execution.executor import Executor
-from specsim.simulator.execution.kernel import Kernel
+from specsim.simulator.execution.kernel import Kernel, state_offsets
 from specsim.simulator.kv import prefix_cache as pc
 from specsim.simulator.kv.blocks import BlockAllocator
 from specsim.simulator.kv.eviction import Newest  # noqa: F401  (registers the eviction policies)
@@ -71,7 +71,7 @@ class Pool:
         """Requests whose KV can never fit one of this pool's workers (one block spare)."""
         d = self.deployment
         tokens = prompt + (1 if self.role == PREFILL else output)
-        return -(-tokens // d.block_size) > d.kv_blocks - 1
+        return -(-tokens // d.block_size) + d.state_blocks > d.kv_blocks - 1
 
 
 @dataclass(frozen=True)
@@ -275,7 +275,9 @@ def build_workers(pool: Pool, sim: Any, table: Any, on_finish: Any,
         kernel = Kernel(table, executor, sim.acceptance, sim.alpha_table, d.drafter,
                         d.block_size, d.kv_blocks, compiled=sc.simulation.compiled)
         if kc is None:
-            kv = BlockAllocator(d.kv_blocks, d.block_size)
+            kv = BlockAllocator(d.kv_blocks, d.block_size, d.state_blocks)
+            if d.state_blocks:  # every row's blocks count its state: -(state tokens) shared
+                kernel.shared = state_offsets(table.n, d.state_blocks * d.block_size)
         else:
             kv = pc.PrefixKV(d.kv_blocks, d.block_size, table, keys, kc)
             kernel.shared = sim.table.kv_shared

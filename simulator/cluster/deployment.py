@@ -9,6 +9,7 @@ its ``hardware`` and ``cost``, see ``build.pool_scenario``).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -382,6 +383,22 @@ class Deployment:
             what += f" + drafter {drafter.model.name}"
         self.kv_bytes_per_token_device = kv_per_token
         self.weight_bytes_device = weights
+        self.state_blocks = 0  # blocks each running sequence holds besides its tokens' KV
+        kc = self.sc.kv_cache  # (a prefix cache shares pages: its states stay set aside)
+        if kinds and reserve > 0 and kv_per_token > 0 and (kc is None or not kc.enabled):
+            # per running sequence, from the block pool (vLLM v1's hybrid KV cache manager:
+            # a request takes its state and window blocks at admission, returns them at its
+            # end), not set aside for scheduler.max_batch sequences
+            per_seq = reserve / int(self.sc.scheduler.max_batch)
+            self.state_blocks = max(math.ceil(per_seq / (kv_per_token * self.block_size)), 1)
+            self.notes.append(
+                f"each running sequence holds {self.state_blocks} KV blocks of "
+                f"{self.block_size} tokens for its sliding-window KV and linear-attention state "
+                f"({per_seq / 1e6:.1f} MB per device"
+                + (", 1 + k state copies while speculating" if self.speculating else "")
+                + "), taken from the block pool at admission and returned at its end, as "
+                "vLLM v1's hybrid KV cache manager does")
+            reserve = 0.0
         if kinds:
             weights += reserve  # the windows' and the linear layers' states, set aside
             if reserve > 0:

@@ -139,7 +139,7 @@ class SoloRun:
                     self.route_val, t.blocks, t.prefill_target, t.arrival, self.why,
                     self.elig_next, t.n, int(w.scheduler.max_batch),
                     -1 if sim.max_queue is None else int(sim.max_queue), int(w.kv.total),
-                    int(w.kv.block_size), w.wid, bool(w.multi_step), bool(w.chunk_segments),
+                    int(w.kv.block_size), int(w.kv.state_blocks), w.wid, bool(w.multi_step), bool(w.chunk_segments),
                     horizon is not None, float(horizon) if horizon is not None else 0.0,
                     watch is not None, float(watch.window_s) if watch else 0.0,
                     int(watch.windows) if watch else 1, float(watch.max_wait_s) if watch else 0.0,

@@ -307,7 +307,7 @@ class Kernel:
                 and not foreign(sch, KERNEL_METHODS["batch scheduler"])
                 and not foreign(d, KERNEL_METHODS["drafter"])
                 and type(worker.kv) is BlockAllocator and worker.cache is None
-                and self.shared is None and isinstance(policy, StaticK)
+                and isinstance(policy, StaticK)
                 and type(policy).choose is StaticK.choose and policy.fixed_k is not None
                 and self._kj.same(d, dr.Drafter, "match_probability", "verify_width",
                                   "k_for_width")
@@ -321,7 +321,7 @@ class Kernel:
 
         def plan(now: float, steps: int):
             nonlocal static, read
-            ro = self._read(t, None)  # the same tuple while the table's columns are
+            ro = self._read(t, self.shared)  # the same tuple while the table's columns are
             if ro is not read:
                 read = ro
                 static = self.fused_static(worker)
@@ -341,10 +341,12 @@ class Kernel:
         arguments: the policy's k, the scheduler's budget, the table's columns, the drafter
         and the pricing, as data (a worker ``fused`` accepts)."""
         t, d, sch = self.t, self.drafter, worker.scheduler
-        output, match_key, accept_key, cls_idx, alpha_scale, _, alpha_table = self._read(t, None)
+        output, match_key, accept_key, cls_idx, alpha_scale, shared, alpha_table = self._read(
+            t, self.shared)  # (shared: the rows' state offsets, ``state_offsets``, or none)
         return (int(worker.policy.fixed_k), int(sch.token_budget), bool(sch.chunked_prefill),
                 t.generated, output, t.steps, match_key, accept_key, cls_idx, alpha_scale,
-                t.kv_len, t.blocks, _EMPTY_I, False, int(self.kv_total), int(self.kv_total), 0,
+                t.kv_len, t.blocks, shared, self.shared is not None, int(self.kv_total),
+                int(self.kv_total), 0,
                 False, alpha_table, bool(d.proposes_always), float(d.match_rate), self.widths,
                 self.use_tree, int(self.bs), t.prefill_target,
                 bool(getattr(t, "hands_off", False)), _EMPTY_F2, False, *self._price_args())
@@ -473,6 +475,14 @@ def _segment(rows, pre0, chunking, S, m, Ia, Bo, Iv, dt, draft, verify, flops, n
             seg.pre_steps, seg.first_steps, seg.counted = (pre, Bo[3 * S + 2:4 * S + 2],
                                                            Bo[4 * S + 2:])
     return seg
+
+
+def state_offsets(n: int, tokens: int) -> np.ndarray:
+    """The ``shared`` column of a pool whose every request holds ``tokens`` tokens' worth of
+    blocks for its state besides its KV (``Deployment.state_blocks`` x the block size): the
+    kernel counts a row's blocks as ceil((kv_len - shared) / block size), so -tokens adds
+    the state's blocks to every row's, from admission to its end."""
+    return _ro(np.full(n, -int(tokens), np.int64))
 
 
 def _ro(a: np.ndarray) -> np.ndarray:

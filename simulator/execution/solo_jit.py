@@ -145,7 +145,8 @@ def _arrive(rid, si, sf, q, status, worker_col, route_col, route_val, why, wid, 
 
 @jit
 def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, ptarget,
-         arrival, why, elig_next, n_total, max_batch, max_queue, kv_total, bs, wid,
+         arrival, why, elig_next, n_total, max_batch, max_queue, kv_total, bs, state_blocks,
+         wid,
          multi_step, chunk_ok, has_horizon, horizon, watch_on, window_s, windows, max_wait,
          looks, record, buf, buf_rows, streaming, chunk_rows, extra0, spec_cols, drafts,
          itl, reason, progress_every, pstatic, cstatic,
@@ -164,7 +165,7 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
             room = max_batch - si[NRUN]
             while room > 0 and si[QT] > si[QH]:
                 rid = q[si[QH]]
-                need = -(-ptarget[rid] // bs) + 1
+                need = -(-ptarget[rid] // bs) + 1 + state_blocks
                 if need > kv_total - si[KV_USED]:
                     break
                 si[KV_USED] += need

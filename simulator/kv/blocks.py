@@ -11,9 +11,12 @@ from __future__ import annotations
 class BlockAllocator:
     """Counts free and used blocks of one worker's KV pool."""
 
-    def __init__(self, total_blocks: int, block_size: int) -> None:
+    def __init__(self, total_blocks: int, block_size: int, state_blocks: int = 0) -> None:
         self.total = int(total_blocks)
         self.block_size = int(block_size)
+        # blocks every admitted request holds besides its tokens' KV (a model with
+        # sliding-window or linear-attention layers: Deployment.state_blocks)
+        self.state_blocks = int(state_blocks)
         self.used = 0
         self.peak = 0
 

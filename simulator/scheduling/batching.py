@@ -49,7 +49,8 @@ class BatchScheduler:
         return eviction.order(rows, table)
 
     def reserve(self, worker, rid: int, alone: bool) -> bool:
-        """Reserve request ``rid``'s KV for its admission: its prompt's blocks (+1), or,
+        """Reserve request ``rid``'s KV for its admission: its prompt's blocks (+1, + its
+        state's, ``BlockAllocator.state_blocks``), or,
         with a prefix cache, its match and the rest (``alone``: nothing else is in or
         joining the batch, so swapped KV that pins what it needs is dropped). False when it
         does not fit now."""
@@ -61,7 +62,7 @@ class BatchScheduler:
                 cache.drop_swaps()  # swapped KV pins what an empty batch needs
             return True
         t, kv = worker.table, worker.kv
-        need = int(kv.blocks_for(int(t.prefill_target[rid]))) + 1
+        need = int(kv.blocks_for(int(t.prefill_target[rid]))) + 1 + kv.state_blocks
         if need > kv.free:
             return False
         kv.allocate(need)
