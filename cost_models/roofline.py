@@ -321,10 +321,17 @@ class ForwardCostModel:
         node, nic = self.hw.devices_per_node, self.hw.scale_out_bw
         if node and nic and tp > node:  # wider than one NVLink domain: the other nodes'
             # share of the remote destinations goes over each device's NIC, in parallel
-            # with the same node's share over NVLink; the slower side sets the time
+            # with the same node's share over NVLink; the slower side sets the time, and
+            # each exchange waits for the NIC's latency (the profile's NIC terms,
+            # ``allreduce_nic_bw_eff`` / ``allreduce_nic_latency_s``; unset: NVLink's)
+            c = self.cal
+            nic_eff = (c.allreduce_nic_bw_eff if c.allreduce_nic_bw_eff is not None
+                       else c.allreduce_bw_eff)
             intra, inter = (node - 1) / (tp - 1), (tp - node) / (tp - 1)
-            per_byte = max(intra / link, inter / (nic * self.cal.allreduce_bw_eff))
+            per_byte = max(intra / link, inter / (nic * nic_eff))
             self._comm_per_token = self._a2a_bytes_per_token * per_byte
+            if c.allreduce_nic_latency_s is not None:
+                lat = c.allreduce_nic_latency_s
         else:
             self._comm_per_token = self._a2a_bytes_per_token / link
         self._comm_fixed = 2 * m.n_moe_layers * lat

@@ -125,3 +125,24 @@ def test_ep_wider_than_a_node_sends_the_other_nodes_share_over_the_nic():
     one_node = _deploy(expert_parallel=True, dp_attention=True)  # 8 GPUs: NVLink only
     assert one_node.target._comm_per_token == pytest.approx(
         one_node.target.all_to_all_bytes(1.0) / (hw.link_bw * eff), rel=1e-12)
+
+
+def test_wide_ep_uses_the_profiles_nic_terms():
+    """On a profile with NIC terms (H100-SXM: allreduce_nic_bw_eff, allreduce_nic_latency_s,
+    docs/fidelity.md) the all-to-all's NIC side runs at that share of the NIC and each
+    exchange waits for the NIC's latency; within a node, NVLink's."""
+    wide = _deploy("Qwen3-30B-A3B", 16, {"weights": "bf16"}, "H100-SXM", expert_parallel=True,
+                   dp_attention=True)
+    c, hw = wide.calibration, wide.hw
+    assert c.allreduce_nic_bw_eff is not None and c.allreduce_nic_latency_s is not None
+    a2a = wide.target.all_to_all_bytes(1.0)
+    want = a2a * max((7 / 15) / (hw.link_bw * c.allreduce_bw_eff),
+                     (8 / 15) / (hw.scale_out_bw * c.allreduce_nic_bw_eff))
+    assert wide.target._comm_per_token == pytest.approx(want, rel=1e-12)
+    layers = wide.model.n_moe_layers
+    assert wide.target._comm_fixed == pytest.approx(2 * layers * c.allreduce_nic_latency_s)
+    one = _deploy("Qwen3-30B-A3B", 8, {"weights": "bf16"}, "H100-SXM", expert_parallel=True,
+                  dp_attention=True)
+    lat = (c.allreduce_latency_s if c.allreduce_latency_s is not None
+           else hw.link_latency_s)
+    assert one.target._comm_fixed == pytest.approx(2 * layers * lat)
