@@ -50,3 +50,17 @@ def test_every_kernel_function_is_stamped_by_the_whole_kernel():
             assert locator.get_source_stamp() == numba_cache.stamp()
             seen += 1
     assert seen > 20
+
+
+def test_every_file_that_compiles_is_a_kernel_source():
+    """A module that defines compiled functions (a jit decorator) is in KERNEL_SOURCES."""
+    import re
+    from pathlib import Path
+
+    root = Path(numba_cache.__file__).resolve().parents[1]
+    files = {os.path.realpath(p) for p in numba_cache.KERNEL_SOURCES}
+    pattern = re.compile(r"^\s*@(?:jit|_njit|njit|numba\.njit)\b|=\s*jit\(", re.M)
+    found = [str(p) for pkg in ("simulator", "cost_models", "traces", "specsim")
+             for p in (root / pkg).rglob("*.py") if pattern.search(p.read_text())]
+    assert found
+    assert {os.path.realpath(p) for p in found} <= files, sorted(set(found) - files)
