@@ -25,7 +25,8 @@ _ROOT = Path(__file__).resolve().parents[1]
 #: every file a compiled kernel function is defined in or reads a constant from
 KERNEL_SOURCES = tuple(str(_ROOT / p) for p in (
     "cost_models/pass_rule.py", "cost_models/routing.py", "simulator/rng.py",
-    "simulator/execution/numpy_order.py", "simulator/execution/kernel_jit.py",
+    "simulator/execution/numpy_order.py", "simulator/execution/loop_rules.py",
+    "simulator/execution/kernel_jit.py",
     "simulator/execution/solo_jit.py", "simulator/metrics/iteration_log.py",
     "specsim/numba_cache.py"))
 

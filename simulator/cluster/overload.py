@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from specsim.simulator.cluster import requests as rq
+from specsim.simulator.execution import loop_rules as rules
 
 
 class Overloaded(Exception):  # noqa: N818  (a stop, not an error)
@@ -43,7 +44,10 @@ class OverloadWatch:
         self.sim = sim
         self.window_s, self.windows, self.max_wait_s = window_s, windows, max_wait_s
         self.next_at = window_s
-        self.looks: list[tuple[float, int, int, int]] = []  # (t, queued, arrived, completed)
+        # the last windows + 1 looks, (t, queued, arrived, completed), a ring
+        # (``loop_rules.record_look``; the compiled solo loop keeps the same one)
+        self.looks = np.zeros((windows + 1, 4))
+        self.nlook = 0
 
     def on_arrival(self, rid: int) -> None:
         """Called after request ``rid`` arrived; raises Overloaded when rule 2 holds."""
@@ -55,26 +59,31 @@ class OverloadWatch:
         heads = [w.waiting[0] for w in sim.workers if w.waiting]
         queued = sum(len(w.waiting) for w in sim.workers)
         completed = int(np.count_nonzero(t.status == rq.DONE))
-        self.looks.append((now, queued, rid + 1, completed))
-        recent = self.looks[-(self.windows + 1):]
-        if len(recent) <= self.windows or not heads:
-            return
-        if any(b[1] <= a[1] for a, b in zip(recent, recent[1:], strict=False)):
+        self.nlook = rules.record_look(self.looks, self.nlook, self.windows, now, queued,
+                                       rid + 1, completed)
+        if not heads:
             return
         oldest_wait = now - float(min(t.arrival[h] for h in heads))
-        if oldest_wait <= self.max_wait_s:
-            return
+        if rules.overloaded(self.looks, self.nlook, self.windows, queued, oldest_wait,
+                            self.max_wait_s):
+            raise Overloaded(self.info(now, oldest_wait))
+
+    def info(self, now: float, oldest_wait: float) -> dict[str, Any]:
+        """metrics.json's ``overload`` block from the last windows + 1 looks (the SimPy
+        watch's and the compiled solo loop's ring)."""
+        k = self.windows + 1
+        recent = [self.looks[i % k].tolist() for i in range(self.nlook - k, self.nlook)]
         span = now - recent[0][0]
-        raise Overloaded({
+        return {
             "detected": True,
             "at_s": now,
-            "queued_requests": queued,
+            "queued_requests": int(recent[-1][1]),
             "oldest_wait_s": oldest_wait,
-            "arrival_rate_per_s": (recent[-1][2] - recent[0][2]) / span,
-            "completion_rate_per_s": (recent[-1][3] - recent[0][3]) / span,
+            "arrival_rate_per_s": (int(recent[-1][2]) - int(recent[0][2])) / span,
+            "completion_rate_per_s": (int(recent[-1][3]) - int(recent[0][3])) / span,
             "rule": (f"queue grew at each of {self.windows} looks {self.window_s:g} s apart "
                      f"and its oldest request waited over {self.max_wait_s:g} s"),
-        })
+        }
 
 
 def make_watch(sim, spec) -> OverloadWatch | None:

@@ -108,10 +108,11 @@ class SoloRun:
         self.route_val = t.route_reasons.get(self.route_text, len(t.route_reasons))
         watch = sim.watch
         self.watch = watch
-        windows = int(watch.windows) if watch is not None else 1
-        self.looks = np.zeros((windows + 1, 4))
+        # the overload watch's ring of looks (loop_rules.record_look): the loop writes it
+        self.looks = watch.looks if watch is not None else np.zeros((2, 4))
         if watch is not None:
             self.sf[sj.LOOK_AT] = watch.next_at
+            self.si[sj.NLOOK] = watch.nlook
         reasons = sim.metrics.reasons  # coded at the first commit, as the SimPy loop does
         self.reason_text = w.policy.reason
         self.reason = reasons.get(self.reason_text, len(reasons))
@@ -171,7 +172,7 @@ class SoloRun:
                 continue
             if code == sj.OVERLOAD:  # the run stops at the arrival the watch looked at
                 self._finish(float(sf[sj.CLOCK]))
-                raise Overloaded(self._overload_info())
+                raise Overloaded(watch.info(float(sf[sj.CLOCK]), float(sf[sj.OVER_WAIT])))
             if code == sj.KV_ERROR:
                 raise RuntimeError(f"KV allocator: the solo loop's commit left "
                                    f"{int(si[sj.KV_USED])} blocks used of {w.kv.total}")
@@ -255,27 +256,10 @@ class SoloRun:
         sim.next_rid = int(si[sj.INEXT])
         if self.watch is not None:
             self.watch.next_at = float(sf[sj.LOOK_AT])
+            self.watch.nlook = int(si[sj.NLOOK])
         sim.env = simpy.Environment(initial_time=end)
         w.env = sim.env
         w.seg = None
-
-    def _overload_info(self) -> dict[str, Any]:
-        """``OverloadWatch.on_arrival``'s block, from the loop's last looks."""
-        watch, si, sf = self.watch, self.si, self.sf
-        n, k = int(si[sj.NLOOK]), int(watch.windows) + 1
-        recent = [tuple(self.looks[i % k].tolist()) for i in range(n - k, n)]
-        now = float(sf[sj.CLOCK])
-        span = now - recent[0][0]
-        return {
-            "detected": True,
-            "at_s": now,
-            "queued_requests": int(recent[-1][1]),
-            "oldest_wait_s": float(sf[sj.OVER_WAIT]),
-            "arrival_rate_per_s": (int(recent[-1][2]) - int(recent[0][2])) / float(span),
-            "completion_rate_per_s": (int(recent[-1][3]) - int(recent[0][3])) / float(span),
-            "rule": (f"queue grew at each of {watch.windows} looks {watch.window_s:g} s apart "
-                     f"and its oldest request waited over {watch.max_wait_s:g} s"),
-        }
 
 
 _NO_BUF = np.zeros((1, len(ITER_COLUMNS)))

@@ -19,6 +19,7 @@ import numpy as np
 import simpy
 
 from specsim.simulator.cluster import requests as rq
+from specsim.simulator.execution import loop_rules as rules
 from specsim.simulator.execution.kernel import SPEC_ITER_COLUMNS, Kernel, Segment
 from specsim.simulator.execution.ledger import (  # noqa: F401  (their older import path)
     WORK_KINDS,
@@ -53,7 +54,7 @@ class WorkerSnapshot:
 class Worker:
     """Owns its running batch (row indices), waiting queue, KV pool, segment and ledger."""
 
-    MAX_STEPS = 256  # longest segment planned at once
+    MAX_STEPS = rules.MAX_STEPS  # longest segment planned at once
 
     def __init__(self, wid: int, env, table, scheduler, kernel: Kernel, kv, policy, drafter,
                  ledger: Ledger, metrics, *, multi_step: bool, record_iterations: bool,
@@ -130,9 +131,8 @@ class Worker:
             # step is seg.done, begun when the worker resumed: compared by the resume time,
             # not by seg.start, which the kernel's cumulative sum and SimPy's clock may
             # round an ulp apart, so a request sent at a finish joined a step early)
-            keep = max(seg.steps_started_before(now), seg.done)
-            if keep == seg.done < seg.m and self._resumed_at == now:
-                keep += 1
+            keep = rules.submit_keep(seg.steps_started_before(now), seg.done, seg.m,
+                                     self._resumed_at, now)
             if keep < seg.m:
                 seg.m = keep
                 if self.env.active_process is not self.process:
@@ -189,9 +189,7 @@ class Worker:
                     seg.m = int(fin[0]) + 1
             elif steps > 1 and self._hint is not None:
                 # end where the foreseen arrival would cut it anyway: no interrupt needed
-                n = seg.steps_started_before(self._hint)
-                if 0 < n < seg.m:
-                    seg.m = n
+                seg.m = rules.hint_cut(seg.steps_started_before(self._hint), seg.m)
             self.seg = seg
             self._through = through
             self._resumed_at = env.now
@@ -211,32 +209,22 @@ class Worker:
                 self._resumed_at = env.now
             self.seg = None
             self._last_dt = float(seg.dt[seg.m - 1])
-            self._planned_steps = min(max(2 * seg.m, 2), self.MAX_STEPS)
+            self._planned_steps = rules.next_planned(seg.m)
 
     def _ahead(self) -> tuple[int, bool]:
-        """Steps to plan where step 0 allows many, and whether they run through arrivals:
-        a queue that cannot join before a finish (a full batch) does not stop a segment, it
-        runs up to its first finish (exact)."""
-        if not self.multi_step:
-            return 1, False
-        if not self.waiting:
-            return self._segment_length(), False
-        if self.scheduler.blocked(self):
-            return self._planned_steps, True
-        return 1, False
-
-    def _segment_length(self) -> int:
-        """Steps to plan: until the next arrival the router foresees for this worker, else
-        twice the last segment's length. Only speed depends on it: a segment cut short by
-        an unforeseen arrival commits exactly what it would have run step by step."""
-        hint = self.arrival_hint(self.wid) if self.arrival_hint is not None else None
-        self._hint = hint
-        if hint is None or self._last_dt <= 0:
-            return self._planned_steps
-        ahead = hint - self.env.now
-        if ahead == float("inf"):
-            return self.MAX_STEPS
-        return min(max(int(ahead / self._last_dt) + 1, 2), self.MAX_STEPS)
+        """Steps to plan where step 0 allows many, and whether they run through arrivals
+        (``loop_rules.segment_steps``): with an empty queue until the arrival the router
+        foresees for this worker (``self._hint``), with a full batch blocking the queue up
+        to its first finish, else one."""
+        queue_empty = not self.waiting
+        hint = None
+        if self.multi_step and queue_empty:
+            hint = self.arrival_hint(self.wid) if self.arrival_hint is not None else None
+            self._hint = hint
+        blocked = self.multi_step and not queue_empty and self.scheduler.blocked(self)
+        return rules.segment_steps(self.multi_step, queue_empty, blocked, hint is not None,
+                                   hint if hint is not None else 0.0, self.env.now,
+                                   self._last_dt, self._planned_steps)
 
     def _charge_transfer(self, seg: Segment) -> None:
         """KV moved between tiers for this iteration (promotions, swaps) delays its step 0:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.simulator.execution import loop_rules as rules
 from specsim.simulator.execution.kernel_jit import (
     F_BYTES,
     F_DBYTES,
@@ -49,7 +50,15 @@ from specsim.simulator.execution.kernel_jit import (
 )
 from specsim.simulator.execution.numpy_order import jit
 
-MAX_STEPS = 256  # Worker.MAX_STEPS
+# the worker loop's rules (loop_rules.py), compiled as written there; the SimPy worker runs
+# the same source as Python
+_segment_steps = jit(rules.segment_steps)
+_next_planned = jit(rules.next_planned)
+_hint_cut = jit(rules.hint_cut)
+_submit_keep = jit(rules.submit_keep)
+_admission_blocks = jit(rules.admission_blocks)
+_record_look = jit(rules.record_look)
+_overloaded = jit(rules.overloaded)
 # request states (cluster/requests.py)
 QUEUED, RUNNING, DONE, REJECTED = 1, 2, 3, 4
 
@@ -121,25 +130,12 @@ def _arrive(rid, si, sf, q, status, worker_col, route_col, route_val, why, wid, 
     if watch_on and now >= sf[LOOK_AT]:  # OverloadWatch.on_arrival
         sf[LOOK_AT] = now + window_s
         queued = si[QT] - si[QH]
-        slot = si[NLOOK] % (windows + 1)
-        looks[slot, 0] = now
-        looks[slot, 1] = queued
-        looks[slot, 2] = rid + 1
-        looks[slot, 3] = si[NDONE]
-        si[NLOOK] += 1
-        if si[NLOOK] > windows and queued > 0:
-            grew = True
-            for j in range(windows):
-                a = (si[NLOOK] - 1 - windows + j) % (windows + 1)
-                b = (a + 1) % (windows + 1)
-                if looks[b, 1] <= looks[a, 1]:
-                    grew = False
-                    break
-            if grew:
-                wait = now - arrival[q[si[QH]]]
-                if wait > max_wait:
-                    sf[OVER_WAIT] = wait
-                    fired = True
+        si[NLOOK] = _record_look(looks, si[NLOOK], windows, now, queued, rid + 1, si[NDONE])
+        if queued > 0:
+            wait = now - arrival[q[si[QH]]]
+            if _overloaded(looks, si[NLOOK], windows, queued, wait, max_wait):
+                sf[OVER_WAIT] = wait
+                fired = True
     return submitted, fired
 
 
@@ -165,7 +161,7 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
             room = max_batch - si[NRUN]
             while room > 0 and si[QT] > si[QH]:
                 rid = q[si[QH]]
-                need = -(-ptarget[rid] // bs) + 1 + state_blocks
+                need = _admission_blocks(ptarget[rid], bs, state_blocks)
                 if need > kv_total - si[KV_USED]:
                     break
                 si[KV_USED] += need
@@ -202,20 +198,12 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
                 sf[NOW] = c
                 continue
             # -------- 2. plan (Worker._ahead, then the fused shape + plan)
-            steps, through, hint = 1, False, np.nan
-            if multi_step:
-                if si[QT] == si[QH]:  # Worker._segment_length
-                    hint = elig_next[si[INEXT]]
-                    if sf[LAST_DT] <= 0:
-                        steps = si[PLANNED]
-                    else:
-                        ahead = hint - sf[NOW]
-                        if ahead == np.inf:
-                            steps = MAX_STEPS
-                        else:
-                            steps = min(max(int(ahead / sf[LAST_DT]) + 1, 2), MAX_STEPS)
-                elif si[NRUN] >= max_batch:  # blocked: through arrivals to the first finish
-                    steps, through = si[PLANNED], True
+            queue_empty = si[QT] == si[QH]
+            hint = elig_next[si[INEXT]] if multi_step and queue_empty else np.nan
+            steps, through = _segment_steps(multi_step, queue_empty,
+                                            si[NRUN] >= max_batch, not np.isnan(hint),
+                                            0.0 if np.isnan(hint) else hint, sf[NOW],
+                                            sf[LAST_DT], si[PLANNED])
             rows = run[:si[NRUN]].copy()
             fits, multi, pre0, chunking, S, m, Ia, Bo, Iv, F = _shape_plan_priced(
                 rows, steps, chunk_ok, kv_total - si[KV_USED], sf[NOW], *pstatic)
@@ -236,9 +224,7 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
                         m = s + 1
                         break
             elif steps > 1 and not np.isnan(hint):
-                n = _started_before(F[F_START], m, hint)
-                if 0 < n < m:
-                    m = n
+                m = _hint_cut(_started_before(F[F_START], m, hint), m)
             t_plan = sf[NOW]
             base = t_plan  # when the worker's current timeout was set
             fired = False
@@ -259,9 +245,8 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
                                                route_val, why, wid, max_queue, watch_on,
                                                window_s, windows, max_wait, looks, arrival)
                     if submitted and not through:  # Worker.submit cuts the segment
-                        keep = _started_before(F[F_START], m, c)
-                        if keep == 0 < m and t_plan == c:
-                            keep += 1
+                        keep = _submit_keep(_started_before(F[F_START], m, c), 0, m,
+                                            t_plan, c)
                         if keep < m:  # an interrupt: a new timeout from now (the old
                             # one still fires, unheeded: SimPy's clock reaches it)
                             sf[LAST_EVENT] = max(sf[LAST_EVENT], base + (F[F_END, m - 1] - base))
@@ -353,7 +338,7 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
                     keep += 1
             si[NRUN] = keep
         sf[LAST_DT] = F[F_DT, m - 1]
-        si[PLANNED] = min(max(2 * m, 2), MAX_STEPS)
+        si[PLANNED] = _next_planned(m)
         phase = PEND_NONE
         if steps == -1:
             return OVERLOAD, p_rows, p_S, p_m, p_Ia, p_Bo, p_Iv, p_F, p_pre0, False, 0

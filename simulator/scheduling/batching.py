@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from specsim.simulator.cluster import requests as rq
+from specsim.simulator.execution.loop_rules import admission_blocks
 from specsim.simulator.execution.segment import StepShape
 from specsim.simulator.registry import BATCH_SCHEDULERS
 
@@ -62,7 +63,7 @@ class BatchScheduler:
                 cache.drop_swaps()  # swapped KV pins what an empty batch needs
             return True
         t, kv = worker.table, worker.kv
-        need = int(kv.blocks_for(int(t.prefill_target[rid]))) + 1 + kv.state_blocks
+        need = admission_blocks(int(t.prefill_target[rid]), kv.block_size, kv.state_blocks)
         if need > kv.free:
             return False
         kv.allocate(need)
