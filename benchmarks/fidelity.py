@@ -32,7 +32,8 @@ Measured TPOT is the ground truth's (e2e_s - ttft_s) / (output_tokens - 1) per r
 (inference-perf's TPOT in measured.csv counts two stream events per token: about half).
 "Consistent" requests leave out those whose recorded output count disagrees with their
 measured decode time (see ``specsim replay``'s notes; the replay decodes such a request for
-its recorded length, so its predicted E2E is short by construction).
+the count its decode time implies, ``measured.decoded_tokens``, so the simulated batch
+carries the engine's load, but its measured TPOT is still per recorded token).
 
     python benchmarks/fidelity.py [--jobs N] [--limit N] [--runs SUBSTRING] [--scenario BASE.yaml]
 

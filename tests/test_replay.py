@@ -16,7 +16,12 @@ import pandas as pd
 import pytest
 
 from specsim.simulator.cli import main
-from specsim.simulator.validation.measured import flag_miscounts, load_csv, load_vllm_run
+from specsim.simulator.validation.measured import (
+    decoded_tokens,
+    flag_miscounts,
+    load_csv,
+    load_vllm_run,
+)
 from specsim.simulator.validation.replay import load_measured, replay
 from specsim.traces.errors import TraceError
 from tests.conftest import REPO
@@ -304,6 +309,46 @@ def test_flag_miscounts_uses_neighbours():
     assert not ok[7] and not ok[9] and ok[11] and ok.sum() == n - 2
 
 
+def test_decoded_tokens_from_decode_time():
+    """A miscounted request decodes the count its decode time implies at its neighbours'
+    time per token (at least its recorded count, at most the run's longest consistent
+    output); a consistent one keeps its recorded count."""
+    n = 200
+    req = pd.DataFrame({"output_tokens": np.full(n, 250), "ttft_s": 0.05,
+                        "e2e_s": 0.05 + 249 * 0.01, "has_error": False})
+    req.loc[7, "output_tokens"] = 40  # decoded as long as the others: 250 tokens
+    req.loc[9, "output_tokens"] = 1
+    req.loc[20, "output_tokens"] = 60
+    req.loc[20, "e2e_s"] = 0.05 + 199 * 0.01  # decoded 200 tokens
+    req.loc[30, "output_tokens"] = 100
+    req.loc[30, "e2e_s"] = 0.05 + 999 * 0.01  # 1,000 implied: capped at the longest, 250
+    req.loc[40, "has_error"] = True
+    req.loc[40, "output_tokens"] = 0  # failed: kept as recorded
+    dec = decoded_tokens(req)
+    assert dec[7] == 250 and dec[9] == 250 and dec[20] == 200 and dec[30] == 250
+    assert dec[40] == 0
+    rest = np.setdiff1d(np.arange(n), [7, 9, 20, 30, 40])
+    assert (dec[rest] == 250).all()
+
+
+def test_miscounted_requests_decode_what_the_engine_decoded(tmp_path):
+    """The replay decodes a miscounted request for the tokens its decode time implies (the
+    engine's load), not its short recorded count; the comparison still measures its TPOT on
+    the recorded count and leaves it out of the consistent rows."""
+    path = write_run(tmp_path, miscount=5)
+    run = load_vllm_run(path)
+    req = run.requests
+    assert req["output_tokens"].iloc[5] == 3 and not req["output_ok"].iloc[5]
+    implied = int(round((req["e2e_s"].iloc[5] - req["ttft_s"].iloc[5]) / 0.008)) + 1
+    assert implied > 3 and req["decoded_tokens"].iloc[5] == min(
+        implied, int(req["output_tokens"][req["output_ok"]].max()))
+    assert (req["decoded_tokens"].drop(index=5) == req["output_tokens"].drop(index=5)).all()
+    rep = replay(run)
+    assert rep.requests["predicted_output_tokens"].iloc[5] == req["decoded_tokens"].iloc[5]
+    assert rep.requests["output_tokens"].iloc[5] == 3  # the comparison's recorded count
+    assert any("replayed with the count their decode time implies" in n for n in rep.notes)
+
+
 # ------------------------------------------------------------------ the generic CSV
 
 
@@ -428,9 +473,14 @@ def test_real_run_replays_exact_arrivals_and_tokens():
     assert np.array_equal(sim["arrival_s"].to_numpy(),
                           np.array([r["arrival_time_us"] - t0 for r in reqs]) / 1e6)
     assert np.array_equal(sim["prompt_tokens"].to_numpy(), [r["input_tokens"] for r in reqs])
-    # a recorded 0 (the request did stream a first token) replays as 1
-    assert np.array_equal(sim["output_tokens_requested"].to_numpy(),
-                          [max(r["output_tokens"], 1) for r in reqs])
+    # a recorded 0 (the request did stream a first token) replays as 1; a miscounted one
+    # (recorded short of its decode time) replays the count its decode time implies
+    run = rep.run.requests
+    ok = run["output_ok"].to_numpy()
+    asked = sim["output_tokens_requested"].to_numpy()
+    assert np.array_equal(asked[ok], [max(r["output_tokens"], 1)
+                                      for r, good in zip(reqs, ok, strict=True) if good])
+    assert (~ok).any() and (asked[~ok] > run["output_tokens"].to_numpy()[~ok]).all()
     m = rep.result.metrics
     assert m["kv_blocks_per_worker"] == doc["config"]["kv_blocks_total_gpu"] == 7462
     sched = rep.scenario["scheduler"]

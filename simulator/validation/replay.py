@@ -186,7 +186,9 @@ def prompt_repeats(run: MeasuredRun) -> int | None:
 
 def replay_trace(run: MeasuredRun) -> pd.DataFrame:
     """The run's requests as a trace: exact arrivals and token counts (0 tokens as 1, the
-    traces' rule: a failed request may record a 0-token prompt). Where the prompts repeat
+    traces' rule: a failed request may record a 0-token prompt; a request whose recorded
+    output count is short of what its decode time implies decodes the implied count,
+    ``measured.decoded_tokens``, as the engine did). Where the prompts repeat
     every N requests (``prompt_repeats``), request i carries the prefix keys of prompt
     i mod N: two 512-token trace blocks per distinct prompt, which the prefix cache cuts
     to the prompt's own full pages, so a repeated prompt finds its full blocks cached as
@@ -205,7 +207,7 @@ def replay_trace(run: MeasuredRun) -> pd.DataFrame:
         "request_id": np.arange(n, dtype=np.int64),
         "session_id": np.full(n, -1, np.int64), "turn": np.zeros(n, np.int64),
         "prompt_tokens": np.maximum(req["input_tokens"].to_numpy(np.int64), 1),
-        "output_tokens": np.maximum(req["output_tokens"].to_numpy(np.int64), 1),
+        "output_tokens": np.maximum(req["decoded_tokens"].to_numpy(np.int64), 1),
         "workload_class": np.array(req["stage"].astype(str).map(lambda s: f"stage {s}"), object),
         "prefix_block_ids": blocks, "temperature": np.zeros(n),
         "slo_tier": np.full(n, "standard", object),
