@@ -16,22 +16,10 @@ from specsim.cost_models import pass_rule, routing
 from specsim.errors import ScenarioError
 from specsim.simulator.cli import main
 from specsim.simulator.cluster.engine import Deployment, load_scenario, run_scenario
+from tests.test_expert_parallel import FP8, _deploy
 
 CHAT = str(Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml")
-FP8 = {"weights": "fp8", "kv_cache": "bf16"}
 T = np.array([1.0, 3.0, 8.0, 64.0, 512.0, 4096.0, 5e6])
-
-
-def _deploy(model="DeepSeek-V3", tp=8, quant=FP8, hw="H200-SXM", **keys):
-    """A deployment; balanced routing (skew 1) unless ``keys`` say (the scenario's default
-    under expert parallelism is the sampled skew: test_the_default_skew_is_sampled)."""
-    if keys.get("expert_parallel") and "routing_skew" not in keys:
-        keys["routing_skew"] = 1.0
-    sc = {"model": model, "quantization": quant,
-          "hardware": {"accelerator": hw, "count": tp, "tensor_parallel": tp, **keys},
-          "speculation": {"method": "none"}, "workload": {}, "simulation": {"progress": False}}
-    scenario, base, _ = load_scenario(sc)
-    return Deployment(scenario, base)
 
 
 def _prices(d, t=T):

@@ -75,19 +75,12 @@ QUEUED, RUNNING, DONE, REJECTED = 1, 2, 3, 4
 
 
 @jit
-def _started_before(start, m, t):
-    """``Segment.steps_started_before``: steps of the first ``m`` that start before ``t``."""
+def _below(a, m, t):
+    """How many of the first ``m`` values of ``a`` (ascending) are below ``t``: steps started
+    before t (``Segment.steps_started_before``) or ended before it
+    (``steps_ending_by(t, strict=True)``)."""
     n = 0
-    while n < m and start[n] < t:
-        n += 1
-    return n
-
-
-@jit
-def _ending_before(end, m, t):
-    """``Segment.steps_ending_by(t, strict=True)``."""
-    n = 0
-    while n < m and end[n] < t:
+    while n < m and a[n] < t:
         n += 1
     return n
 
@@ -224,7 +217,7 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
                         m = s + 1
                         break
             elif steps > 1 and not np.isnan(hint):
-                m = _hint_cut(_started_before(F[F_START], m, hint), m)
+                m = _hint_cut(_below(F[F_START], m, hint), m)
             t_plan = sf[NOW]
             base = t_plan  # when the worker's current timeout was set
             fired = False
@@ -245,7 +238,7 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
                                                route_val, why, wid, max_queue, watch_on,
                                                window_s, windows, max_wait, looks, arrival)
                     if submitted and not through:  # Worker.submit cuts the segment
-                        keep = _submit_keep(_started_before(F[F_START], m, c), 0, m,
+                        keep = _submit_keep(_below(F[F_START], m, c), 0, m,
                                             t_plan, c)
                         if keep < m:  # an interrupt: a new timeout from now (the old
                             # one still fires, unheeded: SimPy's clock reaches it)
@@ -263,7 +256,7 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
             sf[LAST_EVENT] = max(sf[LAST_EVENT], e)
             stop = sf[CLOCK] if fired else horizon
             if fired or (has_horizon and e >= horizon):  # the run ends inside the segment
-                m = _ending_before(F[F_END], m, stop)
+                m = _below(F[F_END], m, stop)
                 sf[NOW] = stop
                 if m == 0:
                     return (OVERLOAD if fired else DONE_RUN, p_rows, p_S, p_m, p_Ia, p_Bo,
