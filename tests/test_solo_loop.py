@@ -12,6 +12,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from specsim.simulator.cluster import solo
 from specsim.simulator.cluster.engine import run_scenario
@@ -75,6 +77,9 @@ CASES = {
     "arrivals on a 0.5 s grid (ties)": (_scenario(), _trace(300, 8, grid=0.5)),
     "all at once": (_scenario(), _trace(150, 1e9, grid=1.0)),
     "horizon": (_scenario(simulation__horizon_s=15.0), _trace(300, 8)),
+    # everything done long before it: SimPy's clock still ends at the horizon (found by
+    # a random search: the solo loop ended its clock at the last event)
+    "horizon after the last finish": (_scenario(simulation__horizon_s=500.0), _trace(60, 20)),
     "overload stop": (_scenario(simulation__overload={"window_s": 1, "windows": 2,
                                                        "max_wait_s": 0.5},
                                 scheduler={"max_batch": 2}), _trace(2000, 50)),
@@ -163,3 +168,35 @@ def test_room_progress_and_streaming_give_the_same_bits(monkeypatch, tmp_path):
     assert la.equals(lb) and len(la) > 3 * 300
     assert len(seen) >= 2 and seen[-1][1] <= 600
     assert all(t1 <= t2 for (t1, _), (t2, _) in zip(seen, seen[1:], strict=False))
+
+
+@settings(max_examples=12, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(max_batch=st.sampled_from([2, 8, 256]), budget=st.sampled_from([128, 512, 8192]),
+       chunked=st.booleans(),
+       spec=st.sampled_from([{"method": "none"},
+                             {"method": "eagle3", "k": 1,
+                              "acceptance": {"profile": "qwen3-8b-eagle3"}},
+                             {"method": "eagle3", "k": 5,
+                              "acceptance": {"profile": "qwen3-8b-eagle3"}},
+                             {"method": "ngram", "k": 3, "acceptance": {"alpha": 0.6}}]),
+       memory=st.sampled_from([0.9, 0.3]), rate=st.sampled_from([3.0, 30.0, 300.0]),
+       grid=st.sampled_from([None, 0.25]), horizon=st.sampled_from([None, 4.0, 60.0]),
+       max_queue=st.sampled_from([None, 4]), fast=st.booleans(), seed=st.integers(0, 3))
+def test_random_single_worker_scenarios_give_the_simpy_bits(
+        monkeypatch, max_batch, budget, chunked, spec, memory, rate, grid, horizon, max_queue,
+        fast, seed):
+    """A random search over the axes the solo loop handles differently (batch and budget
+    limits, chunking, KV pressure, speculation, arrival ties, a horizon, a full queue, the
+    overload watch, one step at a time): the solo loop and SimPy agree bit for bit."""
+    sc = _scenario(
+        speculation=spec,
+        hardware={"accelerator": "H100-SXM", "count": 1, "memory_fraction": memory},
+        scheduler={"max_batch": max_batch, "token_budget": budget, "chunked_prefill": chunked,
+                   "max_queue": max_queue},
+        simulation={"progress": False, "record_iterations": True, "fast_path": fast,
+                    "horizon_s": horizon,
+                    "overload": {"window_s": 0.5, "windows": 2, "max_wait_s": 0.5}})
+    trace = _trace(120, rate, seed=seed, grid=grid, plen=(50, 4000), olen=(1, 600))
+    a, b = _both(monkeypatch, sc, trace)
+    assert _fingerprint(a) == _fingerprint(b)

@@ -177,7 +177,8 @@ class SoloRun:
                 raise RuntimeError(f"KV allocator: the solo loop's commit left "
                                    f"{int(si[sj.KV_USED])} blocks used of {w.kv.total}")
             raise RuntimeError(f"solo loop: unknown return {code}")
-        self._finish(float(sf[sj.NOW]) if horizon is not None else float(sf[sj.LAST_EVENT]))
+        # SimPy's clock ends at the horizon (run(until=...)), else at the last event
+        self._finish(float(horizon) if horizon is not None else float(sf[sj.LAST_EVENT]))
 
     def _python_plan(self):
         """The step's KV does not fit: the Python scheduler shapes step 0 (freeing KV by
