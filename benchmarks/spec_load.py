@@ -40,7 +40,10 @@ Per (target, context):
    first token than the first fifth, and over 1 s).
 Then a shape table: speedup at the smallest batch, at 32, at the largest, and where it
 crosses 1, for the simulator and for the published curves, with sources; and A7's cost of
-speculation configured with nothing drafted next to the simulator's.
+speculation configured with nothing drafted next to the simulator's. Last, each published
+curve point by point against its targets (``CURVES``): by the executor's step price, except
+A1 (DeepSeek-V3 + its MTP layer, k=2, on 8x MI300X TP8, SGLang), which is compared in its own
+metric: mean E2E latency without / with, from closed-loop runs at each max concurrency.
 
     python benchmarks/spec_load.py [--quick] [--model 8b|70b|all] [--context short|long|both]
 """
@@ -50,7 +53,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +79,8 @@ class Setup:
     hardware: str = "H100-SXM"
     weights: str = "bf16"
     engine: str = "vllm"  # "gpt-fast": see engine_profile()
+    activations: str = "bf16"
+    memory_fraction: float | None = None  # hardware.memory_fraction (None: specsim's default)
 
 
 SETUPS = {
@@ -94,6 +99,9 @@ class Context:
     key: str
     prompt: tuple[int, int]  # uniform low, high
     output: tuple[int, int]
+    # lognormal lengths (sigma of prompt, of output; mean = the pair's value, cut at ``cap``)
+    lognormal: tuple[float, float] | None = None
+    cap: tuple[int, int] = (8000, 4000)
 
     @property
     def prompt_mean(self) -> int:
@@ -170,6 +178,10 @@ def speculation(setup: Setup, method: str, ctx: Context | None = None,
         sec = selfspec_seconds(setup, ctx, batch) if batch else 1e-3
         return {"method": "draft_model", "k": gamma, "draft_cost": {"seconds_per_token": sec},
                 "acceptance": {"alpha": 0.8}}, "chat"
+    if method.startswith("mtp-"):  # mtp-kK-tTAU: the model's own MTP layer, a stated tau
+        _, k, t = method.split("-")
+        return {"method": "mtp", "k": int(k[1:]),
+                "acceptance": {"tau": float(t[1:]), "at_k": int(k[1:])}}, "chat"
     if method.startswith("eagle3-"):
         _, k, a = method.split("-")
         return {"method": "eagle3", "k": int(k[1:]),
@@ -192,13 +204,18 @@ def scenario(setup: Setup, ctx: Context, method: str, *, n: int, clients: int | 
              token_budget: int = 8192, batch: int | None = None) -> dict[str, Any]:
     spec, cls = speculation(setup, method, ctx, batch)
 
-    def lengths(lo_hi, mean):
-        return mean if fixed else {"distribution": "uniform", "low": lo_hi[0], "high": lo_hi[1]}
+    def lengths(i, lo_hi, mean):
+        if fixed:
+            return mean
+        if ctx.lognormal:
+            return {"distribution": "lognormal", "mean": mean, "sigma": ctx.lognormal[i],
+                    "max": ctx.cap[i]}
+        return {"distribution": "uniform", "low": lo_hi[0], "high": lo_hi[1]}
 
     wl: dict[str, Any] = {
         "synthetic": {"requests": n, "arrival": {"process": "poisson", "rate": rate},
-                      "prompt_tokens": lengths(ctx.prompt, ctx.prompt_mean),
-                      "output_tokens": lengths(ctx.output, ctx.output_mean)},
+                      "prompt_tokens": lengths(0, ctx.prompt, ctx.prompt_mean),
+                      "output_tokens": lengths(1, ctx.output, ctx.output_mean)},
         "class": cls, "seed": SEED,
     }
     if clients is not None:
@@ -208,9 +225,12 @@ def scenario(setup: Setup, ctx: Context, method: str, *, n: int, clients: int | 
         **({"calibration": cal} if cal else {}),
         "name": f"spec-load-{setup.key}-{ctx.key}-{method}", "seed": SEED,
         "hardware": {"accelerator": setup.hardware, "count": setup.tp,
-                     "tensor_parallel": setup.tp},
+                     "tensor_parallel": setup.tp,
+                     **({"memory_fraction": setup.memory_fraction}
+                        if setup.memory_fraction else {})},
         "model": setup.model,
-        "quantization": {"weights": setup.weights, "activations": "bf16", "kv_cache": "bf16"},
+        "quantization": {"weights": setup.weights, "activations": setup.activations,
+                         "kv_cache": "bf16"},
         "speculation": spec,
         "scheduler": {"max_batch": 256, "token_budget": token_budget},
         "workload": wl,
@@ -428,6 +448,12 @@ class Curve:
     ctx: Context
     points: tuple[Point, ...]
     match: str  # "matched: ..." or "proxy: what differs"
+    # "step": the executor's price of one decode step at the mean context (tau x decode /
+    # step); "e2e": closed-loop runs with clients = the point's x and ``requests`` requests,
+    # mean E2E latency without / with speculation (the source's own metric)
+    metric: str = "step"
+    requests: int = 300
+    token_budget: int = 8192
 
 
 def _ctx(key: str, prompt: int, output: int) -> Context:
@@ -435,9 +461,10 @@ def _ctx(key: str, prompt: int, output: int) -> Context:
 
 
 def _setup(key: str, label: str, model: str, tp: int, hw: str, weights: str = "bf16",
-           engine: str = "vllm") -> Setup:
+           engine: str = "vllm", activations: str = "bf16",
+           memory_fraction: float | None = None) -> Setup:
     return Setup(key, label, model, tp, "Llama-3.2-1B", "llama3.1-8b-eagle3", hw, weights,
-                 engine)
+                 engine, activations, memory_fraction)
 
 
 A3_NOTE = ("matched: model, GPU, TP8 and each row's own gamma; the source's engine is gpt-fast "
@@ -463,10 +490,52 @@ def _a2(gains, als, method) -> tuple[Point, ...]:
                                                                       strict=True))
 
 
+# A1: mean E2E latency per request (ms), (max concurrency, without MTP, with MTP, speedup)
+A1_RANDOM = ((1, 17348.25, 8229.37, 2.11), (2, 17162.29, 8408.02, 2.04),
+             (4, 17948.3, 9736.64, 1.84), (8, 19919.06, 11742.82, 1.70),
+             (16, 23708.94, 15483.11, 1.53), (32, 30868.39, 21399.39, 1.44),
+             (64, 43848.2, 35074.26, 1.25))
+A1_SHAREGPT = ((4, 3981.91, 2215.44, 1.80), (8, 5007.75, 2854.36, 1.75),
+               (16, 6255.86, 3947.93, 1.58), (32, 7571.25, 5023.23, 1.51),
+               (64, 11900.36, 8763.65, 1.36))
+# A1 reports no AL: tau 2.18 borrowed from SGLang DeepSeek-V3 MTP with the same chain
+# (topk 1, a 3-token window = --speculative-num-draft-tokens 3, 2 drafts) on 16x H200,
+# ISL 65,536 / OSL 4,096 (LMSYS blog 2025-07-17, lm-sys.github.io @0947bdc, A5)
+A1_TAU = 2.18
+A1_METHOD = f"mtp-k2-t{A1_TAU}"
+A1_SRC = "LMSYS blog 2025-09-02 (lm-sys.github.io @03d5107)"
+A1_NOTE = ("proxy: MI300X uncalibrated (no fitted profile: specsim's default stack); "
+           "DeepSeek-V3 as the blog served it (deepseek-ai's checkpoint: FP8 block-quantized "
+           "weights, W8A8 FP8 GEMMs assumed, BF16 KV: SGLang's 'auto', assumed), plain TP8 "
+           "(no --enable-ep-moe: expert_parallel off, so no routing skew), "
+           "--mem-fraction-static 0.85; MTP k=2 chain (--speculative-num-steps 2 "
+           "--speculative-eagle-topk 1 --speculative-num-draft-tokens 3) drafted by the "
+           "model's own MTP layer; AL not reported: tau 2.18 BORROWED (SGLang DeepSeek-V3 MTP, "
+           "same 3-token window, 16x H200, LMSYS blog 2025-07-17 = A5); closed loop, clients = "
+           "max concurrency, 300 prompts (--num-prompt; the post's --request-rate 1 not "
+           "applied); simulated x = mean E2E without / with (the source's metric); SGLang's "
+           "rhythm assumed: specsim's mixed chunked prefill (SGLang does not mix by default), "
+           "token budget 16,384 (its --max-prefill-tokens default), vLLM's fitted output lag")
+_MI300X = _setup("a1-dsv3-mi300x", "DeepSeek-V3 FP8, 8x MI300X TP8", "DeepSeek-V3", 8, "MI300X",
+                 "fp8", activations="fp8", memory_fraction=0.85)
 A3_SRC = "Infini-AI-Lab/MagicDec index.html @09cd671"
 A2_SRC = "vllm-project/speculators @01d6d4d (MTP CSV @8685273)"
 _B200 = _setup("a2-qwen32b-b200", "Qwen3-32B, 1x B200", "Qwen3-32B", 1, "B200")
 CURVES = (
+    Curve("A1 DeepSeek-V3 + MTP k=2, random 1K/1K, 8x MI300X, SGLang", A1_SRC + ", Table 1",
+          _MI300X, Context("random", (1, 1024), (1, 1024)),
+          tuple(Point(x, sp, A1_METHOD) for x, _, _, sp in A1_RANDOM),
+          A1_NOTE + "; lengths: bench_serving --random-input/--random-output 1024 at its "
+          "default --random-range-ratio 0.0, i.e. input U[1, 1024], output U[0, 1024] "
+          "(sgl-project/sglang python/sglang/bench_serving.py sample_random_requests @0033168; "
+          "output >= 1 here)", metric="e2e", token_budget=16384),
+    Curve("A1 DeepSeek-V3 + MTP k=2, ShareGPT, 8x MI300X, SGLang", A1_SRC + ", Table 2",
+          _MI300X, Context("sharegpt", (161, 161), (338, 338), lognormal=(1.0, 0.8)),
+          tuple(Point(x, sp, A1_METHOD) for x, _, _, sp in A1_SHAREGPT),
+          A1_NOTE + "; lengths: the repo's ShareGPT workload (scenarios/chat.yaml: lognormal "
+          "means 161 / 338 tokens, vLLM paper Fig. 11; sigmas 1.0 / 0.8 assumed; cut at "
+          "8,000 / 4,000), not SGLang's sampler over DeepSeek-V3's tokenizer",
+          metric="e2e", token_budget=16384),
     Curve("A3 MagicDec Llama3.1-8B selfspec, 32K, 8x H100", A3_SRC,
           _setup("a3-8b-h100", "Llama-3.1-8B, 8x H100-SXM TP8", "Llama-3.1-8B", 8, "H100-SXM", engine="gpt-fast"),
           _ctx("32k", 32000, 256),
@@ -516,12 +585,14 @@ CURVES = (
 )
 
 NOT_COMPARED = (
-    ("A1 DeepSeek-V3 + MTP k=2, 8x MI300X, SGLang", "DeepSeek-V3 is not in the catalog and "
-     "method mtp needs a model with MTP layers (none has); MI300X has no fitted profile"),
     ("A4 TRT-LLM n-gram, Llama-4-Scout-17B-16E FP8, 8x B200", "Llama-4-Scout is not in the "
      "catalog; the n-gram acceptance per batch is not published (only E2E runtime)"),
-    ("A5 DeepSeek-V3 MTP, H200, SGLang", "two regimes, not a curve; PD + large EP at 128x "
-     "H200; DeepSeek-V3 not in the catalog"),
+    ("A5 DeepSeek-V3 MTP, H200, SGLang", "not a load curve: two single points from two "
+     "different deployments (2 requests per rank on 2 decode nodes of 8x H200, ISL 65,536 / "
+     "OSL 4,096, whose attention/expert layout and prefill side are not stated; and +14.2% "
+     "with PD disaggregation + large EP over 128x H200, ISL 2,000 / OSL 100, 128 requests "
+     "per rank); DeepSeek-V3 and method mtp are in the catalog now (A1 uses them, with "
+     "A5's AL 2.18 borrowed)"),
     ("A6 MiniCPM3-4B + EAGLE-3, RTX 4090", "neither the model nor the GPU is in the catalog"),
     ("A8", "qualitative statements, no points"),
 )
@@ -539,10 +610,28 @@ def crossover(points) -> tuple[float, str] | None:
     return None
 
 
+_E2E: dict[tuple[str, int, str], dict[str, float]] = {}
+
+
+def e2e_runs(curve: Curve, x: int, method: str) -> dict[str, float]:
+    """Closed loop with ``x`` clients and the curve's number of requests, without and with
+    speculation: mean E2E (s), mean TPOT (s) and the mean tau of the run with."""
+    key = (curve.name, x, method)
+    if key not in _E2E:
+        off, on = (run_scenario(scenario(curve.setup, curve.ctx, m, n=curve.requests,
+                                         clients=x, token_budget=curve.token_budget)).metrics
+                   for m in ("none", method))
+        _E2E[key] = {"off": off["e2e_s"]["mean"], "on": on["e2e_s"]["mean"],
+                     "off_tpot": off["tpot_s"]["mean"], "on_tpot": on["tpot_s"]["mean"],
+                     "tau": on["mean_acceptance_length"]}
+    return _E2E[key]
+
+
 def sim_point(curve: Curve, x: int, method: str, al: float | None) -> tuple[float, float]:
     """(speedup, step-cost ratio spec / no-spec) of one pure-decode step at ``x`` rows and
     the curve's mean decode context, from the executor's price; tau is the published AL
-    where the source gives one, else the acceptance's expectation at k."""
+    where the source gives one, else the acceptance's expectation at k. An "e2e" curve's
+    speedup is instead its closed-loop runs' mean E2E ratio (``e2e_runs``)."""
     setup, ctx = curve.setup, curve.ctx
     context = ctx.prompt_mean + ctx.output_mean / 2
     t0 = step_price(deployment(setup, ctx, "none"), x, context, 0)[0]
@@ -554,6 +643,9 @@ def sim_point(curve: Curve, x: int, method: str, al: float | None) -> tuple[floa
     k = spec["k"]
     tau = al if al is not None else 1.0 + float(d.acceptance.for_class(cls).survival(k).sum())
     dt = step_price(d, x, context, k)[0]
+    if curve.metric == "e2e":
+        r = e2e_runs(curve, x, method)
+        return r["off"] / r["on"], dt / t0
     return tau * t0 / dt, dt / t0
 
 
@@ -578,8 +670,9 @@ def compare_curves(grid: int) -> list[dict[str, Any]]:
                                "cross_err": None}
         pub = [(pt.x, pt.speedup) for pt in c.points if pt.speedup]
         if len(pub) >= 2:
+            g = 1 if c.metric == "e2e" else grid  # runs, not prices: one point per doubling
             lo, hi = math.log2(pub[0][0]), math.log2(pub[-1][0])
-            xs = sorted({round(2 ** (lo + i / grid)) for i in range(int((hi - lo) * grid) + 1)}
+            xs = sorted({round(2 ** (lo + i / g)) for i in range(int((hi - lo) * g) + 1)}
                         | {x for x, _ in pub})
             near = [min(c.points, key=lambda p, x=x: abs(math.log2(p.x / x))) for x in xs]
             curve = [(x, sim_point(c, x, p.method, p.al)[0]) for x, p in zip(xs, near,
@@ -648,6 +741,28 @@ def print_a2_baseline() -> None:
     table(["batch", "source's no-spec step ms (batch / tok/s)", "simulated decode step ms",
            "error"], rows, f"A2 proxy baseline ({c.setup.label}, uncalibrated, for the "
           "source's Qwen3.8-27B): the no-spec half of the curve, not speculation")
+
+
+def print_a1_baseline() -> None:
+    """A1's runs in the source's units: mean E2E per request (ms) without and with MTP,
+    published and simulated, so a reader sees the proxy's baseline (uncalibrated MI300X)
+    next to the ratio; and the executor's step-price speedup (tau x decode / step at the
+    mean context) beside the runs' E2E ratio."""
+    for c in (c for c in CURVES if c.name.startswith("A1")):
+        pub = A1_RANDOM if "random" in c.name else A1_SHAREGPT
+        context = c.ctx.prompt_mean + c.ctx.output_mean / 2
+        rows = []
+        for x, off, on, sp in pub:
+            r = e2e_runs(c, x, A1_METHOD)
+            price = sim_point(replace(c, metric="step"), x, A1_METHOD, None)[0]
+            rows.append([str(x), fmt(off, 0), fmt(r["off"] * 1e3, 0), fmt(on, 0),
+                         fmt(r["on"] * 1e3, 0), fmt(r["off_tpot"] * 1e3, 2),
+                         fmt(r["on_tpot"] * 1e3, 2), fmt(r["tau"]), fmt(sp),
+                         fmt(r["off"] / r["on"]), fmt(price)])
+        table(["conc", "pub E2E no-MTP ms", "sim", "pub E2E MTP ms", "sim", "sim TPOT ms",
+               "sim TPOT MTP ms", "sim tau", "pub x", "sim E2E x", "sim step-price x"], rows,
+              f"{c.name}: the source's E2E (ms/request) next to the simulated runs "
+              f"({c.setup.label}, uncalibrated; step price at context {context:.0f})")
 
 
 def print_verdict(verdict: list[list[str]]) -> None:
@@ -830,8 +945,10 @@ def compare_published(quick: bool, t_start: float) -> int:
     """Every comparable published curve point by point, the crossovers and the verdict."""
     print("\nPublished curves point by point (shared/REFERENCES-speculation-load.md): simulated "
           "speedup = tau x decode step / speculative step from the executor's price at the "
-          "curve's batch and mean decode context; step ratio = speculative step / decode step")
+          "curve's batch and mean decode context (A1: mean E2E ratio of closed-loop runs at "
+          "the source's concurrency, its metric); step ratio = speculative step / decode step")
     print_verdict(print_comparisons(compare_curves(2 if quick else 4)))
+    print_a1_baseline()
     print_a2_baseline()
     print(f"\ntotal wall time: {time.perf_counter() - t_start:.1f} s")
     return 0

@@ -264,7 +264,7 @@ def test_published_curve_comparison_uses_the_published_tau():
     doubling the AL doubles the speedup and leaves the step-cost ratio alone; a speculator
     configured with nothing drafted costs its measured idle cost per step, no more (the V2
     runner's 0.11 ms: a smaller share of a larger batch's step)."""
-    curve = next(c for c in _BENCH.CURVES if "MTP k=2" in c.name)
+    curve = next(c for c in _BENCH.CURVES if c.name.startswith("A2") and "MTP k=2" in c.name)
     pt = curve.points[0]
     s1, r1 = _BENCH.sim_point(curve, pt.x, pt.method, pt.al)
     s2, r2 = _BENCH.sim_point(curve, pt.x, pt.method, 2 * pt.al)
@@ -272,3 +272,27 @@ def test_published_curve_comparison_uses_the_published_tau():
     a7 = next(c for c in _BENCH.CURVES if c.name.startswith("A7"))
     ratios = [_BENCH.sim_point(a7, p.x, p.method, p.al)[1] for p in a7.points]
     assert 1.0 < ratios[1] < ratios[0] < 1.02
+
+
+def test_a1_is_compared_in_its_own_metric():
+    """A1 (DeepSeek-V3 + its MTP layer, k=2, 8x MI300X TP8, SGLang) is a compared curve, not
+    in 'Not compared': plain TP8 (no expert parallelism, so no routing skew), the model's
+    own MTP layer drafting a chain of 2, and a point's simulated speedup is the closed-loop
+    runs' mean E2E ratio at the point's concurrency (the source's metric), with the borrowed
+    tau (A1 reports none)."""
+    a1 = [c for c in _BENCH.CURVES if c.name.startswith("A1")]
+    assert len(a1) == 2 and not any(n.startswith("A1") for n, _ in _BENCH.NOT_COMPARED)
+    c = a1[0]
+    assert (c.setup.model, c.setup.hardware, c.setup.tp, c.metric) == (
+        "DeepSeek-V3", "MI300X", 8, "e2e")
+    assert [p.speedup for p in c.points] == [2.11, 2.04, 1.84, 1.70, 1.53, 1.44, 1.25]
+    method = c.points[0].method
+    sc = _BENCH.scenario(c.setup, c.ctx, method, n=1)
+    assert (sc["speculation"]["method"], sc["speculation"]["k"]) == ("mtp", 2)
+    assert not sc["hardware"].get("expert_parallel")
+    assert not any("expert parallel" in n for n in _BENCH.deployment(c.setup, c.ctx,
+                                                                     method).notes)
+    sp, ratio = _BENCH.sim_point(c, 1, method, None)
+    r = _BENCH.e2e_runs(c, 1, method)
+    assert sp == pytest.approx(r["off"] / r["on"]) and ratio > 1.0
+    assert r["tau"] == pytest.approx(_BENCH.A1_TAU, abs=0.05)
