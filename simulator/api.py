@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,13 +27,39 @@ USER_ERRORS = (ScenarioError, CatalogError, TraceError)
 
 @dataclass
 class Result:
-    """What a run produced: the metrics dict and the per-request / per-iteration tables."""
+    """What a run produced: the metrics dict and the per-request / per-iteration tables.
+
+    ``requests`` (requests.csv's table) may be handed over as what builds it (rows, a
+    slice -> that part of the table): it is built when first read, and ``specsim run
+    --out`` writes it a block at a time instead (``requests_blocks``), so a
+    million-request run never holds it whole (issue 22's memory target)."""
 
     metrics: dict[str, Any]
-    requests: pd.DataFrame
+    requests: pd.DataFrame | Callable[[slice], pd.DataFrame]
     iterations: pd.DataFrame | None  # None: streamed to the --out folder
     scenario: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    n_requests: int | None = None  # rows a builder gives (None: ``requests`` is the table)
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if name == "requests" and callable(value):  # built once; the builder let go
+            value = value(slice(None))
+            object.__setattr__(self, "requests", value)
+        return value
+
+    def requests_blocks(self, rows: int) -> Iterator[pd.DataFrame]:
+        """The requests table ``rows`` at a time, in order (at least one, maybe empty),
+        without building it whole where it has not been built yet."""
+        build = object.__getattribute__(self, "requests")
+        if not callable(build) or self.n_requests is None:
+            frame = self.requests
+            for i in range(0, max(len(frame), 1), rows):
+                yield frame.iloc[i:i + rows]
+            return
+        n = self.n_requests
+        for i in range(0, max(n, 1), rows):
+            yield build(slice(i, min(i + rows, n)))
 
 
 def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,
@@ -97,6 +124,7 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
             model = get_model(sc.model, "model")
             trace = build_trace(sc, base, model.max_context)
         sim = Simulation(sc, trace, base, progress)
+    trace = None  # the request table holds what the run needs (a big trace is let go)
     log = None
     if stream_to is not None:
         from specsim.simulator.metrics.iteration_log import CHUNK_ROWS, open_log
@@ -123,7 +151,9 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
         iters = sim.metrics.iterations_frame()
         if not sim.record_iterations:  # no rows, but the columns (the log keeps its header)
             iters = iters.iloc[:0]
-    return Result(metrics, sim.requests_frame(), iters, sc.dump(), sim.notes)
+    requests = sim.requests_builder()
+    return Result(metrics, requests, iters, sc.dump(), sim.notes,
+                  n_requests=sim.table.n if callable(requests) else None)
 
 
 def finite_or_none(x: Any) -> Any:

@@ -94,7 +94,7 @@ class SoloRun:
         self.si[sj.QH] = self.si[sj.QT] = n  # room in front for preempted requests
         self.led = _ledger_sums(w.ledger)
         self.itl = np.empty(ITL_BUFFER)
-        why = sim._static_reject.astype(np.int64)
+        why = sim._static_reject  # (int8: 0 routed, 1 too long, 2 too big for the KV)
         # the arrival time of the first eligible request at or after each index (the hint)
         nxt = np.full(n + 1, np.inf)
         elig = np.flatnonzero(why == 0)

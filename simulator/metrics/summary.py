@@ -232,8 +232,8 @@ def slo_by_tier(t: Any, slo: Any, arrived: np.ndarray, done: np.ndarray, ttft: n
     requests, how many met each target and every one, ``attainment`` (met every target, of
     arrived: rejected and unfinished requests are misses) and its goodput. None when the
     run has one tier and ``slo.tiers`` is not set."""
-    tier = np.asarray(t.slo_tier, dtype=str)
-    present = sorted(set(tier[arrived].tolist()))
+    tier = t.slo_tier  # (object array: its strings shared, no per-request copy)
+    present = sorted(set(tier[arrived]))
     if len(present) < 2 and not slo.tiers:
         return None
     names = [*(slo.tiers or {}), *(n for n in present if n not in (slo.tiers or {}))]

@@ -38,6 +38,10 @@ def scenario_json(result: Result) -> str:
     return json.dumps(finite_or_none(result.scenario), indent=2, default=str) + "\n"
 
 
+#: requests.csv's rows built and written at a time
+REQUEST_BLOCK = 16_384
+
+
 def write_outputs(result: Result, out_dir: Path, report: bool = True,
                   force: bool = False, staging: Staging | None = None,
                   plots: bool | str = True) -> str:
@@ -59,10 +63,12 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
     with staging:  # any failure: the staging folder goes; an OSError is one line
         (tmp / "metrics.json").write_text(metrics_json(result))
         (tmp / "scenario.json").write_text(scenario_json(result))
-        # at the end (the request table is in memory anyway), in request order, fast;
-        # text cells a spreadsheet would run as formulas are escaped
+        # at the end, in request order, fast, a block at a time (a million-request run
+        # never holds the whole table); text cells a spreadsheet would run as formulas are
+        # escaped
         with open(tmp / "requests.csv", "w", newline="") as f:
-            write_csv(escape_frame(result.requests), f)
+            for i, block in enumerate(result.requests_blocks(REQUEST_BLOCK)):
+                write_csv(escape_frame(block), f, header=i == 0)
         if result.iterations is not None:
             log = open_log(fmt, tmp)
             log.write(result.iterations)
