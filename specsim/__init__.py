@@ -13,7 +13,9 @@ an installed wheel holds them inside this package.
 
 from __future__ import annotations
 
-from pathlib import Path
+__version__ = "0.1.0"  # the one place (pyproject.toml reads it: dynamic = ["version"])
+
+from pathlib import Path  # noqa: E402
 from typing import Any
 
 _here = Path(__file__).resolve().parent

@@ -331,16 +331,13 @@ def _staging_parent(out_dir: Path, mode: str) -> Path:
 
 
 def version() -> str:
-    """specsim's installed version (the one lookup: ``specsim --version``, output folders'
-    markers, sweep folders), read only when asked (importlib.metadata's import and the lookup
-    cost every command 25-65 ms)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
+    """specsim's version (``specsim --version``, output folders' markers, sweep folders):
+    ``specsim.__version__``, the one place it is written (pyproject.toml reads it), so no
+    distribution-metadata lookup (importlib.metadata's import and the lookup cost 25-65 ms
+    of a run)."""
+    from specsim import __version__
 
-    try:
-        return installed("specsim")
-    except PackageNotFoundError:  # running from a source tree that was not installed
-        return "unknown (not installed)"
+    return __version__
 
 
 class Staging:
