@@ -20,7 +20,7 @@ from specsim.simulator.cluster.arrivals import OpenLoop
 from specsim.simulator.cluster.overload import Overloaded, OverloadWatch
 from specsim.simulator.execution import solo_jit as sj
 from specsim.simulator.execution.kernel import _quiet
-from specsim.simulator.execution.ledger import PHASES, WORK_KINDS
+from specsim.simulator.execution.kernel_jit import LEDGER_SUMS
 from specsim.simulator.execution.numpy_order import pure
 from specsim.simulator.kv.blocks import BlockAllocator
 from specsim.simulator.metrics.iteration_log import ITER_COLUMNS
@@ -46,32 +46,9 @@ def applies(sim: Any) -> bool:
     w = sim.workers[0]
     return (w._fused is not None and type(w.scheduler) is FcfsScheduler
             and type(w.kv) is BlockAllocator and w.cache is None and not w.adaptive
-            and w.kernel._builtin_ledger(w.ledger)
+            and w.kernel._builtin_ledger(w.ledger) and w.ledger.iterations == 0
             and (sim.watch is None or type(sim.watch) is OverloadWatch)
             and len(sim.metrics.extra) == (2 if w.spec_columns else 0))
-
-
-def _ledger_sums(led) -> np.ndarray:
-    """The ledger's accumulators in ``Ledger.take``'s order."""
-    return np.array([led.busy_s, led.draft_s, led.verify_s, led.energy_j,
-                     *(led.work_s[k] for k in WORK_KINDS), *(led.work_j[k] for k in WORK_KINDS),
-                     *(led.phase_s[p] for p in PHASES), *(led.phase_j[p] for p in PHASES),
-                     *(led.phase_flops[p] for p in PHASES),
-                     *(led.phase_bytes[p] for p in PHASES)], np.float64)
-
-
-def _write_ledger(led, s: np.ndarray, iterations: int) -> None:
-    v = s.tolist()
-    led.busy_s, led.draft_s, led.verify_s, led.energy_j = v[:4]
-    for w, kind in enumerate(WORK_KINDS):
-        led.work_s[kind] = v[4 + w]
-        led.work_j[kind] = v[8 + w]
-    for w, p in enumerate(PHASES):
-        led.phase_s[p] = v[12 + w]
-        led.phase_j[p] = v[16 + w]
-        led.phase_flops[p] = v[20 + w]
-        led.phase_bytes[p] = v[24 + w]
-    led.iterations += iterations
 
 
 class SoloRun:
@@ -92,7 +69,9 @@ class SoloRun:
         self.run = np.zeros(max(int(w.scheduler.max_batch), 1), np.int64)
         self.q = np.zeros(2 * n + 1, np.int64)
         self.si[sj.QH] = self.si[sj.QT] = n  # room in front for preempted requests
-        self.led = _ledger_sums(w.ledger)
+        # the ledger's sums (``Ledger.take``'s order), accumulated commit by commit from a
+        # fresh ledger's zeros (``applies``), handed over whole at the end
+        self.led = np.zeros(LEDGER_SUMS)
         self.itl = np.empty(ITL_BUFFER)
         why = sim._static_reject  # (int8: 0 routed, 1 too long, 2 too big for the KV)
         # the arrival time of the first eligible request at or after each index (the hint)
@@ -233,7 +212,7 @@ class SoloRun:
         self._to_worker()
         if w.record:
             sim.metrics._n = int(si[sj.ROW])
-        _write_ledger(w.ledger, self.led, int(si[sj.NITER]))
+        w.ledger.take(int(si[sj.NITER]), self.led)  # 0 + each sum: the same bits
         w.spec_blocks_taken += int(si[sj.SPEC_TAKEN])
         w.spec_blocks_freed += int(si[sj.SPEC_FREED])
         w._last_dt, w._planned_steps = float(sf[sj.LAST_DT]), int(si[sj.PLANNED])
