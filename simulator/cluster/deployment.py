@@ -328,16 +328,14 @@ class Deployment:
     def _kinds_memory(self, drafter: Any) -> tuple[float, float]:
         """A model with layer kinds (docs/architecture.md, "Layer kinds"): KV bytes per
         token per device the block pool holds (the full-attention and MLA layers', the
-        drafter's), and the bytes per device set aside before the blocks are counted: for
-        ``scheduler.max_batch`` sequences, each sliding-window layer's KV of window + one
-        block tokens (vLLM's hybrid allocator frees the blocks that slid out of the window,
+        drafter's), and the bytes per device each running sequence holds besides: each
+        sliding-window layer's KV of window + one block tokens (vLLM's hybrid allocator frees the blocks that slid out of the window,
         so a sequence holds at most that many) and the linear layers' state, 1 + k copies
         while speculating (vLLM's MambaManager keeps num_speculative_blocks extra state
         blocks per request for MTP/EAGLE; a verify of k + 1 tokens writes k + 1 states).
         ``self.kv_worker``: the per-sequence sizes of one worker (all its devices, target +
         drafter) that PD transfers move."""
         sizes = self.target.kv_sizes
-        seqs = int(self.sc.scheduler.max_batch)
         k = 0
         if self.speculating:
             ks = [int(self.sc.speculation.k)]
@@ -345,7 +343,7 @@ class Deployment:
                 ks += [int(m.k) for m in self.drafter.members]
             k = max(ks)
         held = min(sizes.window + self.block_size, self.model.max_context) if sizes.window else 0
-        reserve = seqs * (sizes.window_per_token * held + sizes.state_per_seq * (1 + k))
+        per_seq = sizes.window_per_token * held + sizes.state_per_seq * (1 + k)
         per_token = sizes.full_per_token
         unique = self.model.kv_sizes(self.precision.kv_cache.bytes_per_element, 1)
         full_w, win_w, state_w = unique.full_per_token, unique.window_per_token, unique.state_per_seq
@@ -355,12 +353,12 @@ class Deployment:
             per_token += d.kv_bytes_per_token / self.tp
             full_w += d.kv_bytes_per_token
             if ds is not None and ds.state_per_seq:
-                reserve += seqs * ds.state_per_seq
+                per_seq += ds.state_per_seq
                 state_w += ds.state_per_seq * self.tp
         # a transfer moves each byte once: the unsharded sizes (MLA's latent and a copied
         # KV head once, not once per device)
         self.kv_worker = KVSizes(full_w, win_w, unique.window, state_w)
-        return per_token, reserve
+        return per_token, per_seq
 
     def _kv_blocks(self, fraction: float, drafter: Any, explicit: int | None = None) -> int:
         """KV blocks per worker: what ``fraction`` of memory holds after the weights, or the
@@ -373,7 +371,8 @@ class Deployment:
         what = f"{self.model.name} ({self.precision.weights.name})"
         kinds = self.model.attention is not None
         if kinds:  # layer kinds: the block pool holds the KV that grows with context
-            kv_per_token, reserve = self._kinds_memory(drafter)
+            kv_per_token, per_seq = self._kinds_memory(drafter)
+            reserve = int(self.sc.scheduler.max_batch) * per_seq
         else:
             kv_per_token, reserve = self.target.kv_bytes_per_token / self.tp, 0.0
         if drafter is not None:
@@ -389,7 +388,6 @@ class Deployment:
             # per running sequence, from the block pool (vLLM v1's hybrid KV cache manager:
             # a request takes its state and window blocks at admission, returns them at its
             # end), not set aside for scheduler.max_batch sequences
-            per_seq = reserve / int(self.sc.scheduler.max_batch)
             self.state_blocks = max(math.ceil(per_seq / (kv_per_token * self.block_size)), 1)
             self.notes.append(
                 f"each running sequence holds {self.state_blocks} KV blocks of "

@@ -166,11 +166,10 @@ class SoloRun:
         self._to_worker()
         sim.next_rid = int(si[sj.INEXT])
         w._last_dt, w._planned_steps = float(sf[sj.LAST_DT]), int(si[sj.PLANNED])
-        w.env = simpy.Environment(initial_time=float(sf[sj.NOW]))  # env.now, read by _ahead
         shape = w.scheduler.shape(w, w.policy, w.drafter)
         steps, through = 1, False
         if w.multi_step and (shape.uniform or (shape.chunking and w.chunk_segments)):
-            steps, through = w._ahead()
+            steps, through = w._ahead(float(sf[sj.NOW]))
         rows, pre0, chunking, S, m, Ia, Bo, Iv, F = w.kernel.plan(
             shape, float(sf[sj.NOW]), steps, w.policy.fixed_k, packed=True)
         hint = w._hint if (steps > 1 and not through and w._hint is not None) else np.nan

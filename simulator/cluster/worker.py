@@ -165,7 +165,7 @@ class Worker:
                 continue
             seg = None
             if self._fused is not None:  # shape + plan compiled as one call
-                steps, through = self._ahead()
+                steps, through = self._ahead(env.now)
                 fused = self._fused(env.now, steps)
                 if fused is not None:  # (else KV is short: the scheduler preempts below)
                     seg, multi = fused
@@ -175,7 +175,7 @@ class Worker:
                 steps, through = 1, False
                 if self.multi_step and (shape.uniform
                                         or (shape.chunking and self.chunk_segments)):
-                    steps, through = self._ahead()
+                    steps, through = self._ahead(env.now)
                 if self.cache is not None:  # what steps 1.. may hold: their evictions succeed
                     self.kernel.kv_limit, self.kernel.kv_limit_kept = (
                         self.cache.segment_limits())
@@ -211,7 +211,7 @@ class Worker:
             self._last_dt = float(seg.dt[seg.m - 1])
             self._planned_steps = rules.next_planned(seg.m)
 
-    def _ahead(self) -> tuple[int, bool]:
+    def _ahead(self, now: float) -> tuple[int, bool]:
         """Steps to plan where step 0 allows many, and whether they run through arrivals
         (``loop_rules.segment_steps``): with an empty queue until the arrival the router
         foresees for this worker (``self._hint``), with a full batch blocking the queue up
@@ -223,7 +223,7 @@ class Worker:
             self._hint = hint
         blocked = self.multi_step and not queue_empty and self.scheduler.blocked(self)
         return rules.segment_steps(self.multi_step, queue_empty, blocked, hint is not None,
-                                   hint if hint is not None else 0.0, self.env.now,
+                                   hint if hint is not None else 0.0, now,
                                    self._last_dt, self._planned_steps)
 
     def _charge_transfer(self, seg: Segment) -> None:

@@ -38,6 +38,18 @@ def scenario_json(result: Result) -> str:
     return json.dumps(finite_or_none(result.scenario), indent=2, default=str) + "\n"
 
 
+def with_log(result: Result, folder: Path) -> Result:
+    """The result with its iteration log for the plots: a streamed log is read back from
+    ``folder`` (only the plots use it: the plotted columns, sampled beyond REPORT_ROWS)."""
+    if result.iterations is not None:
+        return result
+    import dataclasses
+
+    from specsim.simulator.metrics.iteration_log import read_for_report
+
+    return dataclasses.replace(result, iterations=read_for_report(folder))
+
+
 #: requests.csv's rows built and written at a time
 REQUEST_BLOCK = 16_384
 
@@ -54,7 +66,7 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
     Raises a one-line ScenarioError when the destination is not safe or a write fails;
     nothing is then left behind.
     """
-    from specsim.simulator.metrics.iteration_log import FILES, open_log, read_for_report, write_csv
+    from specsim.simulator.metrics.iteration_log import FILES, open_log, write_csv
 
     if staging is None:
         staging = Staging(out_dir, force)
@@ -83,15 +95,10 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
             later = staging.commit("specsim", later=tuple(n for n, *_ in PLOTS),
                                    scenario=result.metrics.get("scenario"))
         elif report:
-            import dataclasses
 
             from specsim.simulator.report.report import write_report
 
-            # a streamed log is read back for the plots (only they use it): the plotted
-            # columns, sampled beyond REPORT_ROWS
-            shown = result if result.iterations is not None or not plots else \
-                dataclasses.replace(result, iterations=read_for_report(tmp))
-            write_report(shown, tmp, plots=plots)
+            write_report(with_log(result, tmp) if plots else result, tmp, plots=plots)
         if later is None:
             return staging.commit("specsim", scenario=result.metrics.get("scenario"))
     # committed: the plots now, by a second process where there can be one

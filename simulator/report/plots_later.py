@@ -23,7 +23,6 @@ command returns, as ``--wait-plots`` asks everywhere.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import shutil
 import sys
@@ -46,16 +45,14 @@ def identity(out_dir: Path) -> tuple[int, int, int] | None:
 def finish(result: Any, out_dir: Path, mode: str, ident: tuple[int, int, int] | None) -> bool:
     """Draw the plots and the final report.md / report.html, and move them into ``out_dir``
     if it still holds the output ``ident`` names. Returns whether they were moved in."""
-    from specsim.simulator.metrics.iteration_log import read_for_report
+    from specsim.simulator.report.output import with_log
     from specsim.simulator.report.report import write_report
 
     out_dir = Path(out_dir)
     tmp = temp_name(_staging_parent(out_dir, mode), out_dir.name or "out")
     os.mkdir(tmp, 0o777)
     try:
-        shown = result if result.iterations is not None else \
-            dataclasses.replace(result, iterations=read_for_report(out_dir))
-        write_report(shown, tmp, plots=True)
+        write_report(with_log(result, out_dir), tmp, plots=True)
         if ident is None or identity(out_dir) != ident:
             return False
         names = sorted(p.name for p in tmp.iterdir() if p.suffix == ".png")
