@@ -38,18 +38,6 @@ def scenario_json(result: Result) -> str:
     return json.dumps(finite_or_none(result.scenario), indent=2, default=str) + "\n"
 
 
-def with_log(result: Result, folder: Path) -> Result:
-    """The result with its iteration log for the plots: a streamed log is read back from
-    ``folder`` (only the plots use it: the plotted columns, sampled beyond REPORT_ROWS)."""
-    if result.iterations is not None:
-        return result
-    import dataclasses
-
-    from specsim.simulator.metrics.iteration_log import read_for_report
-
-    return dataclasses.replace(result, iterations=read_for_report(folder))
-
-
 #: requests.csv's rows built and written at a time
 REQUEST_BLOCK = 16_384
 
@@ -96,6 +84,7 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
                                    scenario=result.metrics.get("scenario"))
         elif report:
 
+            from specsim.simulator.report.plots_later import with_log
             from specsim.simulator.report.report import write_report
 
             write_report(with_log(result, tmp) if plots else result, tmp, plots=plots)

@@ -42,10 +42,21 @@ def identity(out_dir: Path) -> tuple[int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_mtime_ns)
 
 
+def with_log(result: Any, folder: Path) -> Any:
+    """The result with its iteration log for the plots: a streamed log is read back from
+    ``folder`` (only the plots use it: the plotted columns, sampled beyond REPORT_ROWS)."""
+    if result.iterations is not None:
+        return result
+    import dataclasses
+
+    from specsim.simulator.metrics.iteration_log import read_for_report
+
+    return dataclasses.replace(result, iterations=read_for_report(folder))
+
+
 def finish(result: Any, out_dir: Path, mode: str, ident: tuple[int, int, int] | None) -> bool:
     """Draw the plots and the final report.md / report.html, and move them into ``out_dir``
     if it still holds the output ``ident`` names. Returns whether they were moved in."""
-    from specsim.simulator.report.output import with_log
     from specsim.simulator.report.report import write_report
 
     out_dir = Path(out_dir)
