@@ -12,6 +12,19 @@ same cache folders, numba's own locators, its own index). ``install`` runs befor
 first kernel function is decorated (``pass_rule`` and ``numpy_order`` call it); where
 numba's cache internals are not as expected it does nothing, and numba's per-file stamps
 apply as before.
+
+It also makes loading a kernel function from that cache lean (issue 22: a run's fixed
+cost). numba refreshes its whole target context before every cache load "to ensure it is
+initialized": it imports and installs every lowering registry (~0.15-0.3 s on the first
+load of a process), which only compiling needs. Running machine code loaded from the cache
+needs the C symbols it links to: numba's helpers and exception types (installed when the
+context is created), its C math functions (likewise), the NRT runtime's
+(``rtsys.initialize``, which numba does inside that refresh) and the hash secrets
+(``numba.cpython.hashing``'s import). A kernel cache load does just those; a cache miss
+compiles through numba's compiler, which refreshes everything itself, and any other
+function's cache loads as numba does. ``SPECSIM_NUMBA_FULL_LOAD=1`` turns the lean load
+off (the run is the same, bit for bit; tests/test_numba_cache.py checks it in a fresh
+process).
 """
 
 from __future__ import annotations
@@ -76,8 +89,67 @@ def install() -> bool:
             return False
         ours.append(_kernel_locator(base))
     classes[:0] = ours
+    _cache_loads(caching, tuple(ours), lean=not os.environ.get("SPECSIM_NUMBA_FULL_LOAD"))
     _installed = True
     return True
+
+
+def _cache_loads(caching, ours: tuple[type, ...], lean: bool) -> None:
+    """Load the kernel's cached functions without numba's full context refresh where
+    ``lean`` (module docstring); every other cache loads as numba does. Either way after
+    ``_skip_blas_probe``. Nothing where numba's internals are not as expected."""
+    cache = getattr(caching, "Cache", None)
+    numba_load = getattr(cache, "load_overload", None)
+    if numba_load is None or not hasattr(cache, "_load_overload") \
+            or not hasattr(cache, "_guard_against_spurious_io_errors"):
+        return
+    try:
+        from numba.core.runtime import rtsys
+    except ImportError:
+        return
+
+    def load_overload(self, sig, target_context):
+        _skip_blas_probe()  # a cached function's environments import numba.np.arraymath
+        locator = getattr(getattr(self, "_impl", None), "locator", None)
+        if not (lean and isinstance(locator, ours)):
+            return numba_load(self, sig, target_context)
+        rtsys.initialize(target_context)  # the NRT's symbols (numba does it in the refresh)
+        import numba.cpython.hashing  # noqa: F401  (its import installs the hash secrets)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+    cache.load_overload = load_overload
+
+
+def _skip_blas_probe() -> None:
+    """Import ``numba.np.arraymath`` (numba's context refresh does, and so does loading a
+    cached function whose environments name it) without its BLAS probe importing
+    ``scipy.linalg`` (~0.2 s): the probe only decides how ``np.dot`` and the like compile,
+    which this kernel does not use; it is answered from ``find_spec`` instead, and numba's
+    own ``ensure_blas`` is put back for anything compiled later. (A compile's own refresh
+    runs the probe when the cache missed: 0.2 s beside a compile of ~25 s.)"""
+    import importlib.util
+    import sys
+
+    if "numba.np.arraymath" in sys.modules:
+        return
+    try:
+        import numba.np.linalg as linalg
+    except (ImportError, OSError):
+        return
+    probe = getattr(linalg, "ensure_blas", None)
+    if probe is None:
+        return
+
+    def ensure_blas() -> None:
+        if importlib.util.find_spec("scipy") is None:
+            raise ImportError("scipy 0.16+ is required for linear algebra")
+
+    linalg.ensure_blas = ensure_blas
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        linalg.ensure_blas = probe
 
 
 def _kernel_locator(base: type) -> type:

@@ -64,3 +64,47 @@ def test_every_file_that_compiles_is_a_kernel_source():
              for p in (root / pkg).rglob("*.py") if pattern.search(p.read_text())]
     assert found
     assert {os.path.realpath(p) for p in found} <= files, sorted(set(found) - files)
+
+
+_LEAN_PROBE = r"""
+import json, sys
+from numba.core.registry import cpu_target
+from specsim.simulator.api import run_scenario
+from specsim.simulator.execution import solo_jit
+calls = []
+refresh = type(cpu_target.target_context).refresh
+type(cpu_target.target_context).refresh = lambda self: (calls.append(1), refresh(self))[1]
+r = run_scenario(sys.argv[1])
+print(json.dumps({"refreshes": len(calls), "hits": sum(solo_jit._run.stats.cache_hits.values()),
+                  "csv": r.requests.to_csv(index=False)}))
+"""
+
+
+@pytest.mark.skipif(numba_cache.install() is False, reason="numba's cache internals differ")
+def test_a_cached_kernel_loads_lean_and_runs_the_same(tmp_path):
+    """In a fresh process a cached kernel function loads without numba's context refresh
+    (issue 22's fixed cost) and the run is the same, bit for bit, as with numba's own load
+    (``SPECSIM_NUMBA_FULL_LOAD=1``, which refreshes)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"
+    text = scenario.read_text().replace("requests: 1000", "requests: 300")
+    path = tmp_path / "chat.yaml"
+    path.write_text(text)
+    env = {k: v for k, v in os.environ.items() if k != "SPECSIM_NUMBA_FULL_LOAD"}
+
+    def probe(extra: dict) -> dict:
+        out = subprocess.run([sys.executable, "-c", _LEAN_PROBE, str(path)], check=True,
+                             capture_output=True, text=True, env={**env, **extra})
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    probe({})  # compiles where the cache is cold (its compile refreshes, as numba does)
+    lean = probe({})
+    full = probe({"SPECSIM_NUMBA_FULL_LOAD": "1"})
+    assert lean["hits"] >= 1 and full["hits"] >= 1  # both loaded from the cache
+    assert lean["refreshes"] == 0
+    assert full["refreshes"] >= 1
+    assert lean["csv"] == full["csv"]

@@ -67,38 +67,6 @@ def _pure_globals(g: dict) -> dict:
     return ns
 
 
-def _skip_blas_probe() -> None:
-    """Import ``numba.np.arraymath`` (numba's first dispatch does) without its BLAS probe
-    importing ``scipy.linalg`` (~0.2 s a run): the probe only decides how ``np.dot`` and
-    the like compile, which this kernel does not use; it is answered from ``find_spec``
-    instead, and numba's own ``ensure_blas`` is put back for anything compiled later."""
-    import importlib.util
-    import sys
-
-    if "numba.np.arraymath" in sys.modules:
-        return
-    try:
-        import numba.np.linalg as linalg
-    except (ImportError, OSError):
-        return
-    probe = getattr(linalg, "ensure_blas", None)
-    if probe is None:
-        return
-
-    def ensure_blas() -> None:
-        if importlib.util.find_spec("scipy") is None:
-            raise ImportError("scipy 0.16+ is required for linear algebra")
-
-    linalg.ensure_blas = ensure_blas
-    try:
-        import numba.np.arraymath  # noqa: F401
-    finally:
-        linalg.ensure_blas = probe
-
-
-if numba is not None:
-    _skip_blas_probe()  # before any compiled function is dispatched
-
 @njit(**JIT)
 def _block(a, lo, n):
     """numpy's pairwise sum of at most 128 values: 8 accumulators, then the rest in order."""
