@@ -22,9 +22,9 @@ context is created), its C math functions (likewise), the NRT runtime's
 (``rtsys.initialize``, which numba does inside that refresh) and the hash secrets
 (``numba.cpython.hashing``'s import). A kernel cache load does just those; a cache miss
 compiles through numba's compiler, which refreshes everything itself, and any other
-function's cache loads as numba does. ``SPECSIM_NUMBA_FULL_LOAD=1`` turns the lean load
-off (the run is the same, bit for bit; tests/test_numba_cache.py checks it in a fresh
-process).
+function's cache loads as numba does. Only for the numba releases this was checked against
+(``LEAN_NUMBA``); ``SPECSIM_NUMBA_FULL_LOAD=1`` turns it off (the run is the same, bit for
+bit; tests/test_numba_cache.py checks it in a fresh process).
 """
 
 from __future__ import annotations
@@ -89,9 +89,29 @@ def install() -> bool:
             return False
         ours.append(_kernel_locator(base))
     classes[:0] = ours
-    _cache_loads(caching, tuple(ours), lean=not os.environ.get("SPECSIM_NUMBA_FULL_LOAD"))
+    _cache_loads(caching, tuple(ours), lean=lean_load())
     _installed = True
     return True
+
+
+#: numba releases whose cache loads were checked to need no more than the lean load installs
+#: (0.60-0.67 create the NRT in the context's init; 0.68 in its refresh, which the lean load
+#: calls); a later numba loads as numba does until it is checked
+LEAN_NUMBA = ((0, 60), (0, 68))
+
+
+def lean_load() -> bool:
+    """Whether kernel functions load from the cache without numba's full refresh: a numba
+    release in ``LEAN_NUMBA`` and no ``SPECSIM_NUMBA_FULL_LOAD``."""
+    if os.environ.get("SPECSIM_NUMBA_FULL_LOAD"):
+        return False
+    try:
+        import numba
+
+        version = tuple(int(x) for x in numba.__version__.split(".")[:2])
+    except (ImportError, ValueError):
+        return False
+    return LEAN_NUMBA[0] <= version <= LEAN_NUMBA[1]
 
 
 def _cache_loads(caching, ours: tuple[type, ...], lean: bool) -> None:
