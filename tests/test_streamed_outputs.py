@@ -23,6 +23,11 @@ CHAT = REPO / "scenarios" / "chat.yaml"
 SMALL = ["--set", "workload.synthetic.requests=150", "--quiet"]
 
 
+def _rows(rows) -> int:
+    """Rows in a chunk: a frame, or its columns by name (``Metrics.iterations_columns``)."""
+    return len(next(iter(rows.values()))) if isinstance(rows, dict) else len(rows)
+
+
 @pytest.fixture
 def chunks(monkeypatch):
     """Chunks of 500 rows, and the size of every chunk written."""
@@ -30,7 +35,7 @@ def chunks(monkeypatch):
     sizes: list[int] = []
     for cls in (iteration_log.ParquetLog, iteration_log.CsvLog):
         write = cls.write
-        monkeypatch.setattr(cls, "write", lambda self, f, w=write: (sizes.append(len(f)),
+        monkeypatch.setattr(cls, "write", lambda self, f, w=write: (sizes.append(_rows(f)),
                                                                      w(self, f))[1])
     return sizes
 

@@ -116,7 +116,7 @@ class Metrics:
         return self._streamed
 
     def _flush(self) -> None:
-        self._log.write(self.iterations_frame())
+        self._log.write(self.iterations_columns())
         self._streamed += self._n
         self._n = 0
 
@@ -157,6 +157,11 @@ class Metrics:
             block[:, len(ITER_COLUMNS) + i] = c
 
     def iterations_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.iterations_columns())
+
+    def iterations_columns(self) -> dict[str, np.ndarray]:
+        """The rows held, column by column in the log's order and final dtype (the frame's
+        columns; a streamed chunk goes to the log as these, no frame built)."""
         data = self._buf[: self._n]
         ints = {"worker", "batch_size", "decode_seqs", "prefill_seqs", "drafted_tokens",
                 "kv_blocks_used", *(c for c in self.extra if c.endswith("_blocks"))}
@@ -166,7 +171,7 @@ class Metrics:
             col = data[:, i]
             cols[name] = (reasons[col.astype(np.int64)] if name == "policy_reason"
                           else col.astype(np.int64) if name in ints else col.copy())
-        return pd.DataFrame(cols)
+        return cols
 
 
 def dist(values: np.ndarray) -> dict[str, float]:

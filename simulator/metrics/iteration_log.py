@@ -47,11 +47,12 @@ REPORT_ROWS = 500_000
 
 
 class IterationWriter:
-    """Interface: ``write(frame)`` appends rows; ``close()`` finishes the file."""
+    """Interface: ``write(rows)`` appends rows (a frame, or its columns by name in the log's
+    order: ``Metrics.iterations_columns``); ``close()`` finishes the file."""
 
     path: Path
 
-    def write(self, frame: pd.DataFrame) -> None:
+    def write(self, rows: pd.DataFrame | dict[str, np.ndarray]) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -64,11 +65,19 @@ class ParquetLog(IterationWriter):
         self._writer = None
         self._schema = None
 
-    def write(self, frame: pd.DataFrame) -> None:
+    def write(self, rows: pd.DataFrame | dict[str, np.ndarray]) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pa.Table.from_pandas(frame, preserve_index=False, schema=self._schema)
+        if self._schema is not None and isinstance(rows, dict):
+            # later chunks straight from the columns, in the first chunk's schema (its
+            # pandas metadata included): the same Arrow arrays, so the same file, without a
+            # frame built and converted each time
+            table = pa.Table.from_arrays([pa.array(rows[f.name], type=f.type)
+                                          for f in self._schema], schema=self._schema)
+        else:
+            frame = pd.DataFrame(rows) if isinstance(rows, dict) else rows
+            table = pa.Table.from_pandas(frame, preserve_index=False, schema=self._schema)
         if self._writer is None:
             self._schema = table.schema
             # dictionary pages where values repeat (counts, the policy's decision text): on
@@ -88,8 +97,9 @@ class CsvLog(IterationWriter):
         self._f = open(self.path, "w", newline="")  # noqa: SIM115  (closed by close())
         self._header = True
 
-    def write(self, frame: pd.DataFrame) -> None:
-        write_csv(frame, self._f, header=self._header)
+    def write(self, rows: pd.DataFrame | dict[str, np.ndarray]) -> None:
+        write_csv(pd.DataFrame(rows) if isinstance(rows, dict) else rows, self._f,
+                  header=self._header)
         self._header = False
 
     def close(self) -> None:
