@@ -10,6 +10,15 @@ simulation and the scaling of synthetic chat over request counts. A benchmark, n
 this machine is noisy, so run it twice and read the better figure.
 
     python benchmarks/speed_targets.py [--million] [--sweep N] [--only NAME ...] [--repeat N]
+        [--against DIR]
+
+``--against DIR`` runs every case also on another checkout of specsim (an older commit,
+``git worktree add DIR <commit>``), interleaved with this one run by run, and adds its best
+time and the ratio: issue 22 states its targets as ratios against the code of its day
+(00851cb) measured in one run, which cancels this machine's load. The other checkout runs
+with this environment's packages: DIR goes first on that process's path and the editable
+install's finder is pointed at it (``AGAINST``; an editable install, ``pip install -e .``,
+is needed).
 
 Cases needing ``../shared/data`` (the hour-long Azure trace) are skipped without it;
 ``--million`` adds the 1,000,000-request row (minutes); ``--sweep N`` times a sweep of N
@@ -41,6 +50,29 @@ SPECSIM = [sys.executable, "-m", "specsim.simulator.cli"]
 #: console script learned to end a finished run with ``os._exit`` (issue 22): ``--slow-exit``
 SPECSIM_SLOW_EXIT = [sys.executable, "-c",
                      "import sys; from specsim.simulator.cli import main; sys.exit(main())"]
+#: ``python -c AGAINST DIR REPO args...``: `specsim args...` as the checkout at DIR has it,
+#: with this environment's packages (the editable install's finder pointed at DIR)
+AGAINST = r"""
+import os, runpy, sys
+root, here = sys.argv[1], sys.argv[2]
+del sys.argv[1:3]
+# the other checkout's specsim/ first (its __init__ adds its tree's folders to its path)
+sys.path[:] = [root] + [p for p in sys.path if p not in ("", os.getcwd(), here)]
+finders = [m for n, m in list(sys.modules.items())
+           if n.startswith("__editable__") and hasattr(m, "MAPPING")]
+if not finders:
+    sys.exit("--against needs specsim installed editable (pip install -e .)")
+for m in finders:
+    m.MAPPING = {k: v.replace(here, root, 1) for k, v in m.MAPPING.items()}
+    m.NAMESPACES = {k: [p.replace(here, root, 1) for p in v]
+                    for k, v in getattr(m, "NAMESPACES", {}).items()}
+runpy.run_module("specsim.simulator.cli", run_name="__main__", alter_sys=True)
+"""
+
+
+def against(root: Path) -> list[str]:
+    """The command that runs `specsim` from the checkout at ``root`` (``AGAINST``)."""
+    return [sys.executable, "-c", AGAINST, str(root.resolve()), str(REPO)]
 
 
 def _chat(requests: int, spec: bool = True) -> dict:
@@ -129,26 +161,36 @@ def _run(cmd: list[str]) -> tuple[float, float, int]:
     return wall, usage.ru_maxrss / 1024, p.returncode
 
 
-def measure(case: Case, tmp: Path, repeat: int, specsim: list[str] = SPECSIM) -> dict:
+def measure(case: Case, tmp: Path, repeat: int, specsim: list[str] = SPECSIM,
+            other: list[str] | None = None) -> tuple[dict, dict | None]:
+    """The best of ``repeat`` runs of ``case`` with ``specsim``, and with ``other`` (another
+    checkout: ``against``) run by run beside it, or None."""
+    cmds = [specsim] + ([other] if other else [])
     if case.scenario is None:
-        walls = [_run([*specsim, "--help"]) for _ in range(max(repeat, 3))]
-        return {"wall_s": min(w for w, _, _ in walls), "rss_mb": min(r for _, r, _ in walls)}
+        best = []
+        for cmd in cmds:
+            walls = [_run([*cmd, "--help"]) for _ in range(max(repeat, 3))]
+            best.append({"wall_s": min(w for w, _, _ in walls),
+                         "rss_mb": min(r for _, r, _ in walls)})
+        return best[0], (best[1] if other else None)
     path = tmp / f"{case.name}.yaml"
     path.write_text(yaml.safe_dump(case.scenario, sort_keys=False))
-    best = None
+    best: list[dict | None] = [None] * len(cmds)
     for _ in range(repeat):
-        out = tmp / f"{case.name}-out"
-        wall, rss, rc = _run([*specsim, "run", str(path), "--out", str(out), "--force",
-                              "--quiet", *case.args])
-        if rc:
-            return {"error": f"exit {rc}"}
-        m = json.loads((out / "metrics.json").read_text())
-        row = {"wall_s": wall, "rss_mb": rss, "loop_s": m.get("wall_time_s"),
-               "simulated_s": m.get("simulated_time_s"), "iterations": m.get("iterations"),
-               "plots_s": _plots_in_place(out, wall)}
-        if best is None or wall < best["wall_s"]:
-            best = row
-    return best
+        for i, cmd in enumerate(cmds):
+            out = tmp / f"{case.name}-out{i}"
+            wall, rss, rc = _run([*cmd, "run", str(path), "--out", str(out), "--force",
+                                  "--quiet", *case.args])
+            if rc:
+                best[i] = {"error": f"exit {rc}"}
+                continue
+            m = json.loads((out / "metrics.json").read_text())
+            row = {"wall_s": wall, "rss_mb": rss, "loop_s": m.get("wall_time_s"),
+                   "simulated_s": m.get("simulated_time_s"), "iterations": m.get("iterations"),
+                   "plots_s": _plots_in_place(out, wall)}
+            if best[i] is None or ("error" not in best[i] and wall < best[i]["wall_s"]):
+                best[i] = row
+    return best[0], (best[1] if other else None)
 
 
 def _plots_in_place(out: Path, wall: float, timeout: float = 60.0) -> float | None:
@@ -234,14 +276,24 @@ def main() -> int:
                     "(the exit as it was before issue 22), for a before/after in one session")
     ap.add_argument("--scaling", type=int, nargs="*", default=[10_000, 100_000],
                     help="request counts for the scaling table (none: skip)")
+    ap.add_argument("--against", type=Path, metavar="DIR",
+                    help="also run every case on the checkout at DIR, interleaved, and "
+                    "print its time and the ratio (issue 22: against 00851cb)")
     args = ap.parse_args()
+    other = against(args.against) if args.against else None
     compiled = "numba installed" if _has("numba") else "numba not installed (pure kernel)"
     print(f"specsim speed targets ({compiled}; {os.cpu_count()} CPU cores)\n")
+    extra = " against | ratio |" if other else ""
     print("| case | target | measured | plots in place | sim / real time | loop s "
-          "| loop us/iter | peak RSS MB | met |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    blank = "| | | | | | |"
+          "| loop us/iter | peak RSS MB | met |" + extra)
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|" + ("---:|---:|" if other else ""))
+    blank = "| | | | | | |" + (" | |" if other else "")
     with tempfile.TemporaryDirectory() as d:
+        if other:  # the other checkout's kernel compiles on its first run: not timed
+            warm = _replay_1k()
+            (Path(d) / "warm.yaml").write_text(yaml.safe_dump(warm, sort_keys=False))
+            _run([*other, "run", str(Path(d) / "warm.yaml"), "--out", str(Path(d) / "w"),
+                  "--force", "--quiet", "--no-plots"])
         for case in cases(args.million):
             if args.only and case.name not in args.only:
                 continue
@@ -249,8 +301,8 @@ def main() -> int:
                 print(f"| {case.what} | <= {case.target_s:g} s | skipped: {case.needs} "
                       f"absent {blank}")
                 continue
-            r = measure(case, Path(d), args.repeat,
-                        SPECSIM_SLOW_EXIT if args.slow_exit else SPECSIM)
+            r, o = measure(case, Path(d), args.repeat,
+                           SPECSIM_SLOW_EXIT if args.slow_exit else SPECSIM, other)
             if "error" in r:
                 print(f"| {case.what} | <= {case.target_s:g} s | {r['error']} {blank}")
                 continue
@@ -264,8 +316,12 @@ def main() -> int:
             per = (f"{1e6 * r['loop_s'] / r['iterations']:.1f}"
                    if r.get("loop_s") and r.get("iterations") else "")
             plots = f"{r['plots_s']:.2f} s" if r.get("plots_s") is not None else ""
+            vs = ""
+            if other:
+                vs = (f" {o['error']} | |" if "error" in o else
+                      f" {o['wall_s']:.2f} s | {r['wall_s'] / o['wall_s']:.3f} |")
             print(f"| {case.what} | {target} | {r['wall_s']:.2f} s | {plots} | {ratio} | "
-                  f"{loop} | {per} | {r['rss_mb']:.0f} | {'yes' if met else 'NO'} |",
+                  f"{loop} | {per} | {r['rss_mb']:.0f} | {'yes' if met else 'NO'} |{vs}",
                   flush=True)
     if args.sweep:
         n, wall = sweep_time(args.sweep)
