@@ -73,7 +73,6 @@ the link. ``requests.csv`` gains ``pd_*`` columns. Fleet cost and energy sum the
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -190,8 +189,7 @@ class PDLink:
         for j, i in enumerate(cand):
             w = self.decode[i]
             w.sync(now)
-            s = w.snapshot()
-            snaps.append(dataclasses.replace(s, wid=j, queued=s.queued + int(self.inflight[i])))
+            snaps.append(w.snapshot(j, int(self.inflight[i])))
         decision = self.router.route(self.sim.features(rid), snaps)
         i = cand[decision.worker]
         return self.decode[i], f"{names[self.pool_of[i]]}: {decision.reason}"

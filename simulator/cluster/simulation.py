@@ -9,7 +9,6 @@ older code uses for all of these.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from pathlib import Path
 from typing import Any
@@ -253,12 +252,11 @@ class Simulation:
         if pool.router.reads_load:
             for w in workers:
                 w.sync(now)
-            snaps = [w.snapshot() for w in workers]
             if pool.first_wid or extra_queued is not None:  # the router indexes the pool
-                snaps = [dataclasses.replace(
-                    s, wid=i, queued=s.queued + (int(extra_queued[i]) if extra_queued
-                                                 is not None else 0))
-                         for i, s in enumerate(snaps)]
+                snaps = [w.snapshot(i, int(extra_queued[i]) if extra_queued is not None else 0)
+                         for i, w in enumerate(workers)]
+            else:
+                snaps = [w.snapshot() for w in workers]
         decision = pool.router.route(self.features(rid), snaps)
         return workers[decision.worker], decision.reason
 

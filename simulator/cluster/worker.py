@@ -109,13 +109,17 @@ class Worker:
     def load(self) -> int:
         return len(self.run) + len(self.waiting)
 
-    def snapshot(self) -> WorkerSnapshot:
+    def snapshot(self, wid: int | None = None, extra_queued: int = 0) -> WorkerSnapshot:
+        """What a router reads of this worker; ``wid``: its index as the router knows it
+        (default its own id), ``extra_queued``: requests on their way to it, counted queued."""
+        wid = self.wid if wid is None else wid
+        queued = len(self.waiting) + extra_queued
         if self.cache is None:
-            return WorkerSnapshot(self.wid, len(self.waiting), len(self.run), self.kv.used,
-                                  self.kv.free, self.kv.total)
+            return WorkerSnapshot(wid, queued, len(self.run), self.kv.used, self.kv.free,
+                                  self.kv.total)
         c = self.cache
-        return WorkerSnapshot(self.wid, len(self.waiting), len(self.run), c.used, c.free,
-                              c.total, c.held, c.peek if c.prefix else None)
+        return WorkerSnapshot(wid, queued, len(self.run), c.used, c.free, c.total, c.held,
+                              c.peek if c.prefix else None)
 
     def submit(self, rid: int) -> None:
         """A request joins the queue; the iteration in progress finishes first."""
@@ -246,8 +250,12 @@ class Worker:
         finished = self.kernel.commit(seg, upto, self.kv, self.ledger, self.metrics, self.wid,
                                       self.record)
         if seg.spec_free is not None and self.drafts:
-            self.spec_blocks_freed += int(seg.spec_free[first:upto].sum())
-            self.spec_blocks_taken += int(seg.spec_alloc[first:upto].sum())
+            if upto - first == 1:  # the common case, without numpy's reduction of one value
+                self.spec_blocks_freed += int(seg.spec_free[first])
+                self.spec_blocks_taken += int(seg.spec_alloc[first])
+            else:
+                self.spec_blocks_freed += int(seg.spec_free[first:upto].sum())
+                self.spec_blocks_taken += int(seg.spec_alloc[first:upto].sum())
         extra = []  # the iteration log's columns after ITER_COLUMNS, in Metrics.extra order
         if self.cache is not None:  # evictions and inserts step by step, as if run so
             self.cache.commit_steps(seg, first, upto)
