@@ -70,31 +70,33 @@ _LEAN_PROBE = r"""
 import json, sys
 from numba.core.registry import cpu_target
 from specsim.simulator.api import run_scenario
-from specsim.simulator.execution import solo_jit
+from specsim.simulator.execution import kernel_jit, solo_jit
 calls = []
 refresh = type(cpu_target.target_context).refresh
 type(cpu_target.target_context).refresh = lambda self: (calls.append(1), refresh(self))[1]
-r = run_scenario(sys.argv[1])
-print(json.dumps({"refreshes": len(calls), "hits": sum(solo_jit._run.stats.cache_hits.values()),
+r = run_scenario(sys.argv[1], overrides={"simulation.compiled": True,
+                                         "workload.synthetic.requests": 300})
+hits = sum(sum(d.stats.cache_hits.values()) for m in (kernel_jit, solo_jit)
+           for d in vars(m).values() if hasattr(d, "py_func") and hasattr(d, "stats"))
+print(json.dumps({"refreshes": len(calls), "hits": hits,
                   "csv": r.requests.to_csv(index=False)}))
 """
 
 
 @pytest.mark.skipif(not numba_cache.install() or not numba_cache.lean_load(),
                     reason="numba's cache internals differ, or a numba release not in LEAN_NUMBA")
-def test_a_cached_kernel_loads_lean_and_runs_the_same(tmp_path):
-    """In a fresh process a cached kernel function loads without numba's context refresh
+@pytest.mark.parametrize("name", ["chat", "pd_disaggregated"])
+def test_a_cached_kernel_loads_lean_and_runs_the_same(name):
+    """In a fresh process the kernel's cached functions load without numba's context refresh
     (issue 22's fixed cost) and the run is the same, bit for bit, as with numba's own load
-    (``SPECSIM_NUMBA_FULL_LOAD=1``, which refreshes)."""
+    (``SPECSIM_NUMBA_FULL_LOAD=1``, which refreshes): one worker (the compiled solo loop)
+    and two PD pools (SimPy calling the kernel's functions one by one)."""
     import json
     import subprocess
     import sys
     from pathlib import Path
 
-    scenario = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"
-    text = scenario.read_text().replace("requests: 1000", "requests: 300")
-    path = tmp_path / "chat.yaml"
-    path.write_text(text)
+    path = Path(__file__).resolve().parents[1] / "scenarios" / f"{name}.yaml"
     env = {k: v for k, v in os.environ.items() if k != "SPECSIM_NUMBA_FULL_LOAD"}
 
     def probe(extra: dict) -> dict:
