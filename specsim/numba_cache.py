@@ -146,8 +146,8 @@ def _skip_blas_probe() -> None:
     cached function whose environments name it) without its BLAS probe importing
     ``scipy.linalg`` (~0.2 s): the probe only decides how ``np.dot`` and the like compile,
     which this kernel does not use; it is answered from ``find_spec`` instead, and numba's
-    own ``ensure_blas`` is put back for anything compiled later. (A compile's own refresh
-    runs the probe when the cache missed: 0.2 s beside a compile of ~25 s.)"""
+    own ``ensure_blas`` is put back for anything compiled later. (A cache miss comes through
+    the load hook first, so the compile that follows finds arraymath imported.)"""
     import importlib.util
     import sys
 
