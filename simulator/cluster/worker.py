@@ -250,12 +250,8 @@ class Worker:
         finished = self.kernel.commit(seg, upto, self.kv, self.ledger, self.metrics, self.wid,
                                       self.record)
         if seg.spec_free is not None and self.drafts:
-            if upto - first == 1:  # the common case, without numpy's reduction of one value
-                self.spec_blocks_freed += int(seg.spec_free[first])
-                self.spec_blocks_taken += int(seg.spec_alloc[first])
-            else:
-                self.spec_blocks_freed += int(seg.spec_free[first:upto].sum())
-                self.spec_blocks_taken += int(seg.spec_alloc[first:upto].sum())
+            self.spec_blocks_freed += int(seg.spec_free[first:upto].sum())
+            self.spec_blocks_taken += int(seg.spec_alloc[first:upto].sum())
         extra = []  # the iteration log's columns after ITER_COLUMNS, in Metrics.extra order
         if self.cache is not None:  # evictions and inserts step by step, as if run so
             self.cache.commit_steps(seg, first, upto)

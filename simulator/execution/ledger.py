@@ -13,6 +13,14 @@ import numpy as np
 from specsim.cost_models.catalog import PowerCurve, power_curve
 
 
+def _zero_sums() -> np.ndarray:
+    """A fresh ledger's sums: ``kernel_jit.LEDGER_SUMS`` zeros (the layout ``_account``
+    writes, counted there once)."""
+    from specsim.simulator.execution.kernel_jit import LEDGER_SUMS
+
+    return np.zeros(LEDGER_SUMS)
+
+
 @dataclass
 class Ledger:
     """Busy time, draft/verify split, energy and iteration count of one worker; ``curve``
@@ -33,7 +41,7 @@ class Ledger:
     power_max: float
     curve: PowerCurve | None = None
     iterations: int = 0
-    sums: np.ndarray = field(default_factory=lambda: np.zeros(_N_SUMS), repr=False)
+    sums: np.ndarray = field(default_factory=_zero_sums, repr=False)
 
     busy_s = property(lambda self: float(self.sums[0]),
                       lambda self, v: self.sums.__setitem__(0, v))
@@ -131,8 +139,6 @@ WORK_KINDS = ("accepted", "bonus", "wasted", "prefill")
 #: bookkeeping while the GPU waits; the fleet adds ``idle`` (nothing in flight)
 PHASES = ("draft", "verify", "prefill", "host")
 
-#: the ledger's sums (``kernel_jit.LEDGER_SUMS``): 4 totals, WORK_KINDS twice, PHASES 4 times
-_N_SUMS = 4 + 2 * len(WORK_KINDS) + 4 * len(PHASES)
 
 
 def split_work(draft, rest, drafted, accepted, decode_rows, prefill_tokens, tokens
