@@ -44,12 +44,24 @@ def cross_node_allreduce(tp: int, node: int, link: float, nic: float, cal: Calib
     ``allreduce_bw_eff``; ``nic`` each device's NIC per direction; eff_nic
     ``allreduce_nic_bw_eff`` (None: ``allreduce_bw_eff``); the latency
     ``allreduce_nic_latency_s`` (None: ``lat``, the NVLink one)."""
-    nodes = -(-tp // node)
-    n = tp / nodes
+    n = devices_per_spanned_node(tp, node)
+    eff, nic_lat = nic_terms(cal, lat)
+    return max(1.0 / link, 1.0 / (n * nic * eff)), nic_lat
+
+
+def devices_per_spanned_node(group: int, node: int) -> float:
+    """Devices in each node of a group of ``group`` devices spread evenly over the fewest
+    nodes of ``node`` devices that hold it: group / ceil(group / node) (the all-reduce's and
+    the expert-parallel all-to-all's split)."""
+    return group / -(-group // node)
+
+
+def nic_terms(cal: Calibration, lat: float) -> tuple[float, float]:
+    """(NIC bandwidth share, NIC latency) of a collective that crosses nodes: the profile's
+    ``allreduce_nic_bw_eff`` / ``allreduce_nic_latency_s``, each unset falling back to its
+    NVLink counterpart (``allreduce_bw_eff``, ``lat``)."""
     eff = cal.allreduce_nic_bw_eff if cal.allreduce_nic_bw_eff is not None else cal.allreduce_bw_eff
-    per_byte = max(1.0 / link, 1.0 / (n * nic * eff))
-    return per_byte, (cal.allreduce_nic_latency_s if cal.allreduce_nic_latency_s is not None
-                      else lat)
+    return eff, cal.allreduce_nic_latency_s if cal.allreduce_nic_latency_s is not None else lat
 
 
 def _rule():
@@ -324,14 +336,11 @@ class ForwardCostModel:
             # with the same node's share over NVLink; the slower side sets the time, and
             # each exchange waits for the NIC's latency (the profile's NIC terms,
             # ``allreduce_nic_bw_eff`` / ``allreduce_nic_latency_s``; unset: NVLink's)
-            c = self.cal
-            nic_eff = (c.allreduce_nic_bw_eff if c.allreduce_nic_bw_eff is not None
-                       else c.allreduce_bw_eff)
-            intra, inter = (node - 1) / (tp - 1), (tp - node) / (tp - 1)
+            n = devices_per_spanned_node(tp, node)
+            nic_eff, lat = nic_terms(self.cal, lat)
+            intra, inter = (n - 1) / (tp - 1), (tp - n) / (tp - 1)
             per_byte = max(intra / link, inter / (nic * nic_eff))
             self._comm_per_token = self._a2a_bytes_per_token * per_byte
-            if c.allreduce_nic_latency_s is not None:
-                lat = c.allreduce_nic_latency_s
         else:
             self._comm_per_token = self._a2a_bytes_per_token / link
         self._comm_fixed = 2 * m.n_moe_layers * lat

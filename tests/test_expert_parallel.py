@@ -146,3 +146,19 @@ def test_wide_ep_uses_the_profiles_nic_terms():
     lat = (c.allreduce_latency_s if c.allreduce_latency_s is not None
            else hw.link_latency_s)
     assert one.target._comm_fixed == pytest.approx(2 * layers * lat)
+
+
+def test_ep_over_nodes_it_does_not_fill_splits_as_the_all_reduce_does():
+    """12 H200s on 8-GPU nodes sit 6 and 6 (``roofline.devices_per_spanned_node``, the
+    tensor-parallel all-reduce's split too): of 11 remote destinations, 5 share the node
+    (NVLink) and 6 are on the other (its NIC)."""
+    from specsim.cost_models.catalog import model_catalog
+
+    base = model_catalog()["Qwen3-30B-A3B"]
+    model = {**base, "name": "Qwen3-30B-A3B, 48 heads, 96 experts (a test model)",
+             "n_heads": 48, "moe": {**base["moe"], "n_experts": 96}}
+    wide = _deploy(model, 12, {"weights": "bf16"}, expert_parallel=True, dp_attention=True)
+    hw, eff = wide.hw, wide.calibration.allreduce_bw_eff
+    a2a = wide.target.all_to_all_bytes(1.0)
+    want = a2a * max((5 / 11) / (hw.link_bw * eff), (6 / 11) / (hw.scale_out_bw * eff))
+    assert wide.target._comm_per_token == pytest.approx(want, rel=1e-12)
