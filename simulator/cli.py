@@ -463,8 +463,9 @@ def _add_acceptance_commands(sub) -> None:
 
 
 class _VersionAction(argparse.Action):
-    """``--version``, looked up only when asked: importing importlib.metadata and reading
-    the installed distribution cost every other command 25-65 ms (issue 22)."""
+    """``--version``, looked up only when asked (``outputs.version``): the parser of every
+    other command loads nothing for it (it once read the installed distribution's metadata,
+    25-65 ms a command; issue 22)."""
 
     def __init__(self, option_strings, dest=argparse.SUPPRESS, **kw):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,

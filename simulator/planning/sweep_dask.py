@@ -51,21 +51,18 @@ def require() -> None:
 
 
 def _probe(scenario: Any) -> dict[str, Any]:
-    """Run on every worker: which specsim it imports, and whether it sees the scenario."""
-    from importlib.metadata import PackageNotFoundError, version
+    """Run on every worker: which specsim it imports (``outputs.version``, the one lookup,
+    as the client's own), and whether it sees the scenario."""
+    from specsim.outputs import version
 
-    try:
-        v = version("specsim")
-    except PackageNotFoundError:
-        v = "unknown"
     sees = True if isinstance(scenario, dict) else os.path.isfile(scenario)
-    return {"version": v, "sees_scenario": sees}
+    return {"version": version(), "sees_scenario": sees}
 
 
 def _check_workers(client, scenario: Any, where: str) -> int:
     """Every worker imports specsim (our version) and reads the scenario; returns how many
     workers there are (at the time of the check: workers may join or leave later)."""
-    from specsim.simulator.planning.sweep_folder import _version
+    from specsim.outputs import version as _version
 
     try:
         info = client.run(_probe, scenario)
