@@ -65,6 +65,23 @@ def test_outputs_first_then_plots(result, tmp_path):
     assert not list(out.glob("*.png"))
 
 
+def test_the_run_returns_before_the_plots_exist(result, tmp_path, monkeypatch):
+    """What the command returns with, the second process held back (``start`` stubbed): no
+    PNG, report.md saying they are being drawn; the second process's work (``finish``)
+    then puts them and the final report in place."""
+    handed = []
+    monkeypatch.setattr(plots_later, "start",
+                        lambda res, out, mode: handed.append((out, mode)) or True)
+    out = tmp_path / "run"
+    mode = write_outputs(result, out, plots="later")
+    assert handed == [(out, mode)]
+    assert not list(out.glob("*.png"))
+    assert "Being drawn" in (out / "report.md").read_text()
+    assert plots_later.finish(result, out, mode, plots_later.identity(out))
+    assert {p.name for p in out.glob("*.png")} == NAMES
+    assert "Being drawn" not in (out / "report.md").read_text()
+
+
 def test_a_replaced_folder_is_left_alone(result, tmp_path):
     out = tmp_path / "run"
     write_outputs(result, out, plots=False)
