@@ -45,7 +45,7 @@ from specsim.cost_models.calibrate.engine_fit import (  # noqa: E402
     with_prompt_cache,
     workload_of,
 )
-from specsim.cost_models.calibrate.profiles import write_profile  # noqa: E402
+from specsim.cost_models.calibrate.profiles import CROSS_NODE, write_profile  # noqa: E402
 from specsim.cost_models.calibration import EXTRA_PARAMS, profile_from_dict  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "vllm_runs"
@@ -53,8 +53,9 @@ BUNDLED = REPO / "cost_models" / "calibrations"
 FITTED_ON = "H100-SXM"  # the hardware of the measured runs
 TRANSFER_TO = ("A100-SXM-80GB",)
 # parameters a profile may take from a cited measurement or another chip instead of its own
-# tables (the cross-node all-reduce): a refit keeps their values and sources as they are
-KEEP_SOURCE = ("allreduce_nic_latency_s", "allreduce_nic_bw_eff")
+# tables (the cross-node all-reduce, profiles.CROSS_NODE): a refit keeps their values and
+# sources as they are
+KEEP_SOURCE = CROSS_NODE
 RUNS_SOURCE = ("8 measured vLLM v1 runs on H100-SXM (../shared/data/vllm_runs: Llama-2-7B TP1, "
                "Llama-2-70B TP4, Mixtral-8x7B TP2, CodeLlama-34B TP2; 16 load stages), "
                "benchmarks/engine_fit.py")

@@ -229,6 +229,9 @@ class ForwardCostModel:
         # expert parallelism's routing skew (``expert_parallel``): none unless it sets one
         self._moe_routed_flops, self._a2a_skewed = 0.0, 0.0
         self._skew_table = np.zeros(SKEW_POINTS)
+        # what expert parallelism adds (``expert_parallel``): EPLB's replicas, dp_attention's
+        # copied weights (resident bytes per device) and its all-to-all bytes per token
+        self.redundant_experts, self._extra_resident, self._a2a_bytes_per_token = 0, 0.0, 0.0
         self._params: np.ndarray | None = None
 
     @staticmethod
@@ -301,8 +304,7 @@ class ForwardCostModel:
         if redundant:  # EPLB: replicas of the hottest experts in extra slots on each device
             slots = m.moe.n_experts + int(redundant)
             self._moe_experts, self._moe_miss = float(slots), 1.0 - m.moe.top_k / slots
-            self._extra_resident = (getattr(self, "_extra_resident", 0.0)
-                                    + self.redundant_expert_bytes())
+            self._extra_resident += self.redundant_expert_bytes()
         if (table != 1.0).any():
             self._skew_table = table
             self._moe_routed_flops = 2.0 * m.n_moe_layers * m.moe.top_k * m.expert_params / tp
@@ -312,8 +314,7 @@ class ForwardCostModel:
         copied = (m.attn_params + m.n_dense_layers * m.dense_mlp_params
                   + m.n_moe_layers * m.moe_always_params_per_layer)
         self._dense_weight_bytes += copied * w_b * (1.0 - 1.0 / tp)
-        self._extra_resident = (getattr(self, "_extra_resident", 0.0)
-                                + copied * w_b * (1.0 - 1.0 / tp))
+        self._extra_resident += copied * w_b * (1.0 - 1.0 / tp)
         u = m.kv_sizes(self.prec.kv_cache.bytes_per_element, 1)  # each device: its sequences
         self.kv_sizes = replace(u, full_per_token=u.full_per_token / tp,
                                 window_per_token=u.window_per_token / tp,
@@ -349,7 +350,7 @@ class ForwardCostModel:
         """Resident bytes of EPLB's redundant experts on each device: redundant / ep more
         experts per MoE layer, n_moe x (redundant / ep) x expert params x weight bytes (0
         without them)."""
-        m, n = self.model, getattr(self, "redundant_experts", 0)
+        m, n = self.model, self.redundant_experts
         if not n or m.moe is None:
             return 0.0
         return (m.n_moe_layers * (n / self.tp) * m.expert_params
@@ -360,7 +361,7 @@ class ForwardCostModel:
         layer, its tokens / ep dispatched to top_k experts and combined back, the share
         (ep - 1) / ep of them remote: n_moe x 2 x (T / ep) x top_k x hidden x act bytes x
         (ep - 1) / ep (0 without dp_attention)."""
-        return getattr(self, "_a2a_bytes_per_token", 0.0) * np.asarray(tokens, dtype=float)
+        return self._a2a_bytes_per_token * np.asarray(tokens, dtype=float)
 
     # ------------------------------------------------------------------ memory
     @property
@@ -368,7 +369,7 @@ class ForwardCostModel:
         """Resident weights on each device of the group (embeddings included; with
         dp_attention the copied attention, dense MLP and shared-expert weights)."""
         return (self.model.total_params * self.prec.weights.bytes_per_element / self.tp
-                + getattr(self, "_extra_resident", 0.0))
+                + self._extra_resident)
 
     def experts_touched(self, tokens):
         """Expected distinct experts (expert slots) per MoE layer hit by ``tokens`` routed

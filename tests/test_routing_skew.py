@@ -30,17 +30,16 @@ def _prices(d, t=T):
 
 
 def test_no_skew_prices_bit_for_bit_as_the_uniform_model():
-    """Skew 1 (the default) installs no table: EP prices as the sharded model, every bit,
-    and the new entries of the parameter vector are zeros (the rule's old path)."""
+    """Skew 1 installs no table: EP prices as the sharded model, every bit, and the new
+    entries of the parameter vector are zeros (the rule's old path)."""
     uniform = _deploy()
-    for keys in ({"expert_parallel": True}, {"expert_parallel": True, "routing_skew": 1}):
-        ep = _deploy(**keys)
-        p = ep.target.pass_params()
-        assert np.array_equal(p, uniform.target.pass_params())
-        assert not p[pass_rule.ROUTED:].any()
-        for a, b in zip(_prices(uniform), _prices(ep), strict=True):
-            assert np.array_equal(a, b)
-        assert (ep.target.skew(T) == 1.0).all()
+    ep = _deploy(expert_parallel=True, routing_skew=1)
+    p = ep.target.pass_params()
+    assert np.array_equal(p, uniform.target.pass_params())
+    assert not p[pass_rule.ROUTED:].any()
+    for a, b in zip(_prices(uniform), _prices(ep), strict=True):
+        assert np.array_equal(a, b)
+    assert (ep.target.skew(T) == 1.0).all()
 
 
 def test_the_default_skew_is_sampled():
@@ -109,7 +108,9 @@ def test_sigma_is_fitted_to_trtllm_table1():
     eplb = routing.rank_imbalance(m["experts"], m["top_k"], m["ep"], m["tokens"],
                                   redundant=m["redundant"])
     assert no_eplb == pytest.approx(m["rank_imbalance"], rel=0.15)
-    assert eplb < m["rank_imbalance_eplb"] < no_eplb / 10
+    # EPLB with perfect statistics balances better than the measured 0.109, but not away:
+    # the model's 0.058 sits between half and all of it
+    assert m["rank_imbalance_eplb"] / 2 < eplb < m["rank_imbalance_eplb"]
 
 
 def test_the_table_is_deterministic():

@@ -31,6 +31,7 @@ from specsim.simulator.cluster.deployment import Deployment, workers_of
 from specsim.simulator.cluster.worker import Ledger, Worker
 from specsim.simulator.execution.executor import Executor
 from specsim.simulator.execution.kernel import Kernel, state_offsets
+from specsim.simulator.execution.loop_rules import admission_blocks
 from specsim.simulator.kv import prefix_cache as pc
 from specsim.simulator.kv.blocks import BlockAllocator
 from specsim.simulator.kv.eviction import Newest  # noqa: F401  (registers the eviction policies)
@@ -71,7 +72,7 @@ class Pool:
         """Requests whose KV can never fit one of this pool's workers (one block spare)."""
         d = self.deployment
         tokens = prompt + (1 if self.role == PREFILL else output)
-        return -(-tokens // d.block_size) + d.state_blocks > d.kv_blocks - 1
+        return admission_blocks(tokens, d.block_size, d.state_blocks) > d.kv_blocks
 
 
 @dataclass(frozen=True)
@@ -270,14 +271,17 @@ def build_workers(pool: Pool, sim: Any, table: Any, on_finish: Any,
                         else np.zeros(1))
     kc = d.kv_cache
     keys = pc.PrefixKeys(sim.table, d.block_size) if kc is not None else None
+    # every row's blocks count its state: -(state tokens) shared (read-only, one for the pool)
+    states = (state_offsets(table.n, d.state_blocks * d.block_size)
+              if kc is None and d.state_blocks else None)
     workers = []
     for i in range(d.n_workers):
         kernel = Kernel(table, executor, sim.acceptance, sim.alpha_table, d.drafter,
                         d.block_size, d.kv_blocks, compiled=sc.simulation.compiled)
         if kc is None:
             kv = BlockAllocator(d.kv_blocks, d.block_size, d.state_blocks)
-            if d.state_blocks:  # every row's blocks count its state: -(state tokens) shared
-                kernel.shared = state_offsets(table.n, d.state_blocks * d.block_size)
+            if states is not None:
+                kernel.shared = states
         else:
             kv = pc.PrefixKV(d.kv_blocks, d.block_size, table, keys, kc)
             kernel.shared = sim.table.kv_shared
