@@ -64,10 +64,15 @@ def _fingerprint(r) -> tuple[str, str, str]:
 
 
 def _both(monkeypatch, scenario: dict, trace: pd.DataFrame):
-    runs = []
+    """The scenario run by the solo loop, then by SimPy; the first must have been the solo
+    loop's (else the comparison would be SimPy against itself)."""
+    runs, went = [], []
+    go = solo.SoloRun.go
+    monkeypatch.setattr(solo.SoloRun, "go", lambda self: (went.append(1), go(self))[1])
     for on in (True, False):
         monkeypatch.setattr(solo, "ENABLED", on)
         runs.append(run_scenario(copy.deepcopy(scenario), trace=trace.copy()))
+        assert len(went) == 1, "the solo loop ran the first run only"
     return runs
 
 
