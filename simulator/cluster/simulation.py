@@ -252,11 +252,9 @@ class Simulation:
         if pool.router.reads_load:
             for w in workers:
                 w.sync(now)
-            if pool.first_wid or extra_queued is not None:  # the router indexes the pool
-                snaps = [w.snapshot(i, int(extra_queued[i]) if extra_queued is not None else 0)
-                         for i, w in enumerate(workers)]
-            else:
-                snaps = [w.snapshot() for w in workers]
+            # the router indexes the pool's workers from 0
+            snaps = [w.snapshot(i, int(extra_queued[i]) if extra_queued is not None else 0)
+                     for i, w in enumerate(workers)]
         decision = pool.router.route(self.features(rid), snaps)
         return workers[decision.worker], decision.reason
 

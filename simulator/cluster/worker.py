@@ -54,8 +54,6 @@ class WorkerSnapshot:
 class Worker:
     """Owns its running batch (row indices), waiting queue, KV pool, segment and ledger."""
 
-    MAX_STEPS = rules.MAX_STEPS  # longest segment planned at once
-
     def __init__(self, wid: int, env, table, scheduler, kernel: Kernel, kv, policy, drafter,
                  ledger: Ledger, metrics, *, multi_step: bool, record_iterations: bool,
                  on_finish=None, arrival_hint=None, notify_finishes: bool = False,

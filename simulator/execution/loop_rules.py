@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-MAX_STEPS = 256  # the longest segment planned at once (Worker.MAX_STEPS)
+MAX_STEPS = 256  # the longest segment planned at once
 
 
 def segment_steps(multi_step: bool, queue_empty: bool, blocked: bool, has_hint: bool,
