@@ -204,7 +204,9 @@ def _plots_in_place(out: Path, wall: float, timeout: float = 60.0) -> float | No
     if not report.is_file():
         return None
     t0 = time.perf_counter()
-    while "Being drawn by a second process" in report.read_text():
+    from specsim.simulator.report.report import PLOTS_PENDING
+
+    while PLOTS_PENDING in report.read_text():
         if time.perf_counter() - t0 > timeout:
             return float("nan")
         time.sleep(0.01)

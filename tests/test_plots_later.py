@@ -17,7 +17,7 @@ import pytest
 from specsim.outputs import MARKER, is_temp
 from specsim.simulator.report import plots_later
 from specsim.simulator.report.output import write_outputs
-from specsim.simulator.report.report import PLOTS
+from specsim.simulator.report.report import PLOTS, PLOTS_PENDING
 from tests.test_report import PNG_MAGIC, _run
 
 NAMES = {n for n, *_ in PLOTS}
@@ -51,10 +51,10 @@ def test_outputs_first_then_plots(result, tmp_path):
     # the second process moves the PNGs in, then the report that links them
     assert _wait_for(out / "iteration_time.png")
     end = time.monotonic() + 60
-    while "Being drawn" in (out / "report.md").read_text() and time.monotonic() < end:
+    while PLOTS_PENDING in (out / "report.md").read_text() and time.monotonic() < end:
         time.sleep(0.05)
     text = (out / "report.md").read_text()
-    assert "Being drawn" not in text
+    assert PLOTS_PENDING not in text
     assert _linked(text) == NAMES == {p.name for p in out.glob("*.png")}
     for name in NAMES:
         assert (out / name).read_bytes()[:8] == PNG_MAGIC
@@ -76,10 +76,10 @@ def test_the_run_returns_before_the_plots_exist(result, tmp_path, monkeypatch):
     mode = write_outputs(result, out, plots="later")
     assert handed == [(out, mode)]
     assert not list(out.glob("*.png"))
-    assert "Being drawn" in (out / "report.md").read_text()
+    assert PLOTS_PENDING in (out / "report.md").read_text()
     assert plots_later.finish(result, out, mode, plots_later.identity(out))
     assert {p.name for p in out.glob("*.png")} == NAMES
-    assert "Being drawn" not in (out / "report.md").read_text()
+    assert PLOTS_PENDING not in (out / "report.md").read_text()
 
 
 def test_a_replaced_folder_is_left_alone(result, tmp_path):
@@ -118,4 +118,4 @@ def test_console_script_returns_before_the_plots(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "second process" not in p.stderr
     assert (tmp_path / "b" / "timeline.png").is_file()  # there when the command returned
-    assert "Being drawn" not in (tmp_path / "b" / "report.md").read_text()
+    assert PLOTS_PENDING not in (tmp_path / "b" / "report.md").read_text()

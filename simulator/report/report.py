@@ -871,6 +871,10 @@ def _plot_iteration_time(v: _View, path: Path) -> _Outcome:
     return _drawn()
 
 
+#: what report.md says while a second process draws its plots (``plots_later``); a reader
+#: waiting for them (benchmarks/speed_targets.py, the tests) looks for this text
+PLOTS_PENDING = "Being drawn by a second process"
+
 PLOTS: tuple[tuple[str, str, str, Callable[[_View, Path], _Outcome]], ...] = (
     ("latency_cdf.png", "Latency distributions",
      "TTFT and TPOT per completed request, with the SLO lines.", _plot_latency),
@@ -1081,7 +1085,7 @@ def write_report(result: Any, out_dir: Path, plots: bool | str = True) -> None:
     parts += [f"- {md_text(n)}" for n in notes] if notes else ["None."]
     parts += ["", "## Plots", ""]
     if plots == "later":
-        parts += ["_Being drawn by a second process: the PNGs, and this report with them, "
+        parts += [f"_{PLOTS_PENDING}: the PNGs, and this report with them, "
                   "appear in this folder a second or two after `specsim run` returns "
                   "(`--wait-plots` draws them before it returns)._", ""]
     elif not plots:
