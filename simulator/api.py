@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -23,6 +23,9 @@ from specsim.cost_models.errors import CatalogError
 from specsim.errors import ScenarioError
 from specsim.traces.errors import TraceError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from specsim.simulator.cluster.simulation import RequestRows
+
 USER_ERRORS = (ScenarioError, CatalogError, TraceError)
 
 
@@ -30,17 +33,17 @@ USER_ERRORS = (ScenarioError, CatalogError, TraceError)
 class Result:
     """What a run produced: the metrics dict and the per-request / per-iteration tables.
 
-    ``requests`` (requests.csv's table) may be handed over as what builds it (rows, a
-    slice -> that part of the table): it is built when first read, and ``specsim run
-    --out`` writes it a block at a time instead (``requests_blocks``), so a
-    million-request run never holds it whole (issue 22's memory target)."""
+    ``requests`` (requests.csv's table) may be handed over as what builds it
+    (``simulation.RequestRows``: a slice -> that part of the table, ``n`` rows in all): it
+    is built when first read, and ``specsim run --out`` writes it a block at a time instead
+    (``requests_blocks``), so a million-request run never holds it whole (issue 22's memory
+    target)."""
 
     metrics: dict[str, Any]
-    requests: pd.DataFrame | Callable[[slice], pd.DataFrame]
+    requests: pd.DataFrame | RequestRows
     iterations: pd.DataFrame | None  # None: streamed to the --out folder
     scenario: dict[str, Any]
     notes: list[str] = field(default_factory=list)
-    n_requests: int | None = None  # rows a builder gives (None: ``requests`` is the table)
 
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
@@ -53,12 +56,11 @@ class Result:
         """The requests table ``rows`` at a time, in order (at least one, maybe empty),
         without building it whole where it has not been built yet."""
         build = object.__getattribute__(self, "requests")
-        if not callable(build) or self.n_requests is None:
-            frame = self.requests
-            for i in range(0, max(len(frame), 1), rows):
-                yield frame.iloc[i:i + rows]
+        if not callable(build):
+            for i in range(0, max(len(build), 1), rows):
+                yield build.iloc[i:i + rows]
             return
-        n = self.n_requests
+        n = build.n
         for i in range(0, max(n, 1), rows):
             yield build(slice(i, min(i + rows, n)))
 
@@ -153,9 +155,7 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
         iters = sim.metrics.iterations_frame()
         if not sim.record_iterations:  # no rows, but the columns (the log keeps its header)
             iters = iters.iloc[:0]
-    requests = sim.requests_builder()
-    return Result(metrics, requests, iters, sc.dump(), sim.notes,
-                  n_requests=sim.table.n if callable(requests) else None)
+    return Result(metrics, sim.requests_builder(), iters, sc.dump(), sim.notes)
 
 
 def finite_or_none(x: Any) -> Any:

@@ -304,19 +304,18 @@ class PDLink:
             "prefilled_on_decode_pool": int(self.local.sum()),
         }
 
-    def amend_frame(self, frame: Any, rows: slice = slice(None)) -> None:
-        """requests.csv (``rows`` of it): where each request was prefilled and its
-        transfer."""
-        start, end, ready = self.start[rows], self.end[rows], self.ready[rows]
-        frame["pd_prefill_worker"] = self.prefill_worker[rows]
-        frame["pd_prefilled_on_decode"] = self.local[rows]
-        frame["pd_prefill_token_s"] = self.prefill_token[rows]
-        frame["pd_kv_bytes"] = self.nbytes[rows]
+    def amend_frame(self, frame: Any) -> None:
+        """requests.csv: where each request was prefilled and its transfer."""
+        start, end, ready = self.start, self.end, self.ready
+        frame["pd_prefill_worker"] = self.prefill_worker
+        frame["pd_prefilled_on_decode"] = self.local
+        frame["pd_prefill_token_s"] = self.prefill_token
+        frame["pd_kv_bytes"] = self.nbytes
         frame["pd_transfer_start_s"] = start
         frame["pd_transfer_end_s"] = end
         frame["pd_transfer_s"] = end - ready
         frame["pd_link_wait_s"] = start - ready
-        frame["pd_decode_route_reason"] = self.t.route_reason(self.decode_reason[rows])
+        frame["pd_decode_route_reason"] = self.t.route_reason(self.decode_reason)
 
     def check(self, arrived: np.ndarray) -> None:
         """PD invariants (``Simulation.check_invariants``): every arrival (``arrived``, the

@@ -9,7 +9,7 @@ older code uses for all of these.
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -312,17 +312,17 @@ class Simulation:
 
         return summarise(self, wall_s)
 
-    def requests_frame(self, rows: slice = slice(None)) -> pd.DataFrame:
-        """requests.csv: one row per request (``rows``: those only), with the prefix
-        cache's and each link's columns where the run has them."""
-        return requests_frame(self.table, self.kv_cache is not None, self.handoffs, rows)
+    def requests_frame(self) -> pd.DataFrame:
+        """requests.csv: one row per request, with the prefix cache's and each link's
+        columns where the run has them."""
+        return requests_frame(self.table, self.kv_cache is not None, self.handoffs)
 
-    def requests_builder(self) -> Any:
+    def requests_builder(self) -> pd.DataFrame | RequestRows:
         """What builds requests.csv's rows after the run (``Result.requests``) holding the
         request table only, not the simulation (a PD run's links: the table, built now)."""
         if self.handoffs:
             return self.requests_frame()
-        return functools.partial(requests_frame, self.table, self.kv_cache is not None, ())
+        return RequestRows(self.table, self.kv_cache is not None)
 
     def check_invariants(self) -> None:
         """Conservation checks (also run by tests): KV blocks, tokens, request states."""
@@ -343,12 +343,32 @@ class Simulation:
 def requests_frame(t: rq.RequestTable, cached: bool, handoffs: Any,
                    rows: slice = slice(None)) -> pd.DataFrame:
     """requests.csv's ``rows``: the table's columns, the prefix cache's (``cached``) and
-    each link's (``handoffs``), the router's reason."""
+    each link's (``handoffs``: whole tables only), the router's reason."""
     frame = t.frame(rows)
     if cached:  # per request: prompt tokens found cached, transfer time
         frame["prefix_hit_tokens"] = t.kv_hit_tokens[rows]
         frame["kv_transfer_s"] = t.kv_xfer_s[rows]
     for h in handoffs:  # PD: where each request was prefilled, its KV transfer
-        h.amend_frame(frame, rows)
+        if rows != slice(None):
+            raise ValueError("a PD run's requests table is built whole")
+        h.amend_frame(frame)
     frame["route_reason"] = t.route_reason(t.route_code[rows])  # Decision.reason
     return frame
+
+
+@dataclass(frozen=True)
+class RequestRows:
+    """requests.csv's rows built when read (``self(rows)`` -> those rows), holding the
+    request table only: ``Result.requests`` builds it whole once, ``specsim run --out``
+    writes it a block at a time (``Result.requests_blocks``)."""
+
+    table: rq.RequestTable
+    cached: bool
+
+    @property
+    def n(self) -> int:
+        """Rows the whole table has."""
+        return self.table.n
+
+    def __call__(self, rows: slice = slice(None)) -> pd.DataFrame:
+        return requests_frame(self.table, self.cached, (), rows)
