@@ -140,8 +140,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise
     mode = None
     if args.out:
-        plots = (False if args.no_plots
-                 else "later" if _plots_later and not args.wait_plots else True)
+        from specsim.simulator.report.plots_later import can_fork
+
+        plots = (False if args.no_plots else "later"
+                 if _plots_later and not args.wait_plots and can_fork() else True)
         mode = write_outputs(result, Path(args.out), report=not args.no_report, force=args.force,
                              staging=staging, plots=plots)
     Console().print(summary_table(result.metrics))

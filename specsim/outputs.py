@@ -403,6 +403,42 @@ def write_folder(out_dir: str | Path, fill: Callable[[Path], None], force: bool 
         return staging.commit(written_by, **info)
 
 
+def marker_identity(out_dir: Path) -> tuple[int, int, int] | None:
+    """What tells a committed output from a later one in the same folder: its marker's
+    device, inode and modification time (None: no marker, the folder gone or replaced)."""
+    try:
+        st = os.stat(Path(out_dir) / MARKER)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns)
+
+
+def amend_committed(out_dir: Path, mode: str, ident: tuple[int, int, int] | None,
+                    fill: Callable[[Path], None], last: tuple[str, ...] = ()) -> bool:
+    """Add files to an output after its commit (the report's plots, drawn by a second
+    process): ``fill`` writes them into a temporary folder where the output was staged
+    (``mode``, as ``check_folder`` said), then each file the marker names moves in, one
+    atomic rename each (``last`` after the others: a report after the PNGs it links), only
+    while ``out_dir`` still holds the output ``ident`` names (``marker_identity`` at the
+    commit): a later ``--force`` run's folder is never touched. Returns whether they moved
+    in; the temporary folder always goes."""
+    out_dir = Path(out_dir)
+    tmp = temp_name(_staging_parent(out_dir, mode), out_dir.name or "out")
+    os.mkdir(tmp, 0o777)
+    try:
+        fill(tmp)
+        if ident is None or marker_identity(out_dir) != ident:
+            return False
+        listed = set(json.loads((out_dir / MARKER).read_text())["files"])
+        names = sorted(p.name for p in tmp.iterdir() if p.name not in last)
+        for name in [*names, *last]:
+            if name in listed and (tmp / name).is_file():
+                os.replace(tmp / name, out_dir / name)
+        return True
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _move_into_place(tmp: Path, out_dir: Path, mode: str, parent: Path) -> None:
     if mode == "new":
         if os.path.lexists(out_dir):  # made meanwhile: not ours to replace

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specsim.outputs import MARKER, is_temp
+from specsim.outputs import MARKER, is_temp, marker_identity
 from specsim.simulator.report import plots_later
 from specsim.simulator.report.output import write_outputs
 from specsim.simulator.report.report import PLOTS, PLOTS_PENDING
@@ -77,7 +77,7 @@ def test_the_run_returns_before_the_plots_exist(result, tmp_path, monkeypatch):
     assert handed == [(out, mode)]
     assert not list(out.glob("*.png"))
     assert PLOTS_PENDING in (out / "report.md").read_text()
-    assert plots_later.finish(result, out, mode, plots_later.identity(out))
+    assert plots_later.finish(result, out, mode, marker_identity(out))
     assert {p.name for p in out.glob("*.png")} == NAMES
     assert PLOTS_PENDING not in (out / "report.md").read_text()
 
@@ -86,7 +86,7 @@ def test_a_replaced_folder_is_left_alone(result, tmp_path):
     out = tmp_path / "run"
     write_outputs(result, out, plots=False)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    stale = plots_later.identity(out)
+    stale = marker_identity(out)
     os.utime(out / MARKER, ns=(1, 1))  # a later run committed its own marker meanwhile
     assert plots_later.finish(result, out, "new", stale) is False
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
@@ -94,12 +94,26 @@ def test_a_replaced_folder_is_left_alone(result, tmp_path):
     assert plots_later.finish(result, out, "new", None) is False  # no marker at commit
 
 
-def test_finish_in_process(result, tmp_path):
-    """Where there is no fork (``start`` returns False) the caller draws them itself."""
+def test_without_fork_the_plots_are_drawn_before_the_commit(result, tmp_path, monkeypatch):
+    """Where there is no fork (``can_fork``) the run draws them itself, known before the
+    commit: report.md never says they are being drawn, nothing is handed on."""
+    monkeypatch.setattr(plots_later, "can_fork", lambda: False)
+    monkeypatch.setattr(plots_later, "start", lambda *a: pytest.fail("nothing to hand on"))
+    out = tmp_path / "run"
+    write_outputs(result, out, plots="later")
+    assert _linked((out / "report.md").read_text()) == NAMES
+    assert {p.name for p in out.glob("*.png")} == NAMES
+    assert PLOTS_PENDING not in (out / "report.md").read_text()
+
+
+def test_only_files_the_marker_names_move_in(result, tmp_path):
+    """A committed output is amended only with the files its marker listed at the commit
+    (``outputs.amend_committed``): an output committed without plots gets none."""
     out = tmp_path / "run"
     write_outputs(result, out, plots=False)
-    assert plots_later.finish(result, out, "new", plots_later.identity(out)) is True
-    assert _linked((out / "report.md").read_text()) == NAMES
+    assert plots_later.finish(result, out, "new", marker_identity(out)) is True
+    assert not list(out.glob("*.png"))
+    assert not [p for p in tmp_path.iterdir() if is_temp(p.name)]
 
 
 def test_console_script_returns_before_the_plots(tmp_path):

@@ -10,7 +10,14 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specsim.outputs import MARKER, Staging, check_folder, clean_stale, escape_frame
+from specsim.outputs import (
+    MARKER,
+    Staging,
+    check_folder,
+    clean_stale,
+    escape_frame,
+    marker_identity,
+)
 
 if TYPE_CHECKING:  # the engine (pandas, the catalogs) is not needed to refuse a bad --out
     from specsim.simulator.cluster.engine import Result
@@ -49,13 +56,17 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
 
     ``staging``: the folder the run already streamed its iteration log into (then
     ``result.iterations`` is None). ``plots="later"``: everything else is moved into place,
-    then a second process draws the PNGs (``plots_later``; drawn here where it cannot).
+    then a second process draws the PNGs (``plots_later``; where there can be none,
+    ``plots_later.can_fork``, they are drawn here before the commit).
     Returns "new", "empty" or "replace" (what was done).
     Raises a one-line ScenarioError when the destination is not safe or a write fails;
     nothing is then left behind.
     """
     from specsim.simulator.metrics.iteration_log import FILES, open_log, write_csv
+    from specsim.simulator.report import plots_later
 
+    if plots == "later" and not plots_later.can_fork():
+        plots = True
     if staging is None:
         staging = Staging(out_dir, force)
     tmp = staging.tmp
@@ -83,16 +94,13 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
             later = staging.commit("specsim", later=tuple(n for n, *_ in PLOTS),
                                    scenario=result.metrics.get("scenario"))
         elif report:
-
-            from specsim.simulator.report.plots_later import with_log
             from specsim.simulator.report.report import write_report
 
-            write_report(with_log(result, tmp) if plots else result, tmp, plots=plots)
+            write_report(plots_later.with_log(result, tmp) if plots else result, tmp,
+                         plots=plots)
         if later is None:
             return staging.commit("specsim", scenario=result.metrics.get("scenario"))
-    # committed: the plots now, by a second process where there can be one
-    from specsim.simulator.report import plots_later
-
+    # committed: the plots now, by a second process (here if the fork fails)
     if not plots_later.start(result, out_dir, later):
-        plots_later.finish(result, out_dir, later, plots_later.identity(out_dir))
+        plots_later.finish(result, out_dir, later, marker_identity(out_dir))
     return later

@@ -7,39 +7,36 @@ console script therefore writes metrics.json, requests.csv, the iteration log an
 plots to a forked copy of itself (no second import, no second simulation: the result is
 already in its memory), then exits. The copy:
 
-1. draws the plots, report.md and report.html into a temporary folder beside the output
-   (``specsim.outputs.temp_name``: a killed copy's leftovers are cleaned like a killed run's);
-2. moves each PNG into the output, then report.md and report.html (each an atomic rename,
-   so nothing is ever half-written), and only while the output is still the one this run
-   committed (its marker file unchanged: a later ``--force`` run into the same folder is
-   never touched);
-3. writes nothing to the terminal and ends with ``os._exit``.
+1. draws the plots, report.md and report.html into a temporary folder and moves them into
+   the output, the PNGs first, each an atomic rename, only while the output is still the
+   one this run committed (``specsim.outputs.amend_committed``, the output-folder
+   protocol's one rule for adding to a committed output);
+2. writes nothing to the terminal and ends with ``os._exit``.
 
 The marker lists the PNGs' names when the output is committed, so a later ``--force`` may
-replace them. Where ``os.fork`` does not exist (Windows) the plots are drawn before the
-command returns, as ``--wait-plots`` asks everywhere.
+replace them. Where ``os.fork`` does not exist (Windows) the caller knows before the commit
+(``can_fork``) and draws the plots before the command returns, as ``--wait-plots`` asks
+everywhere.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from specsim.outputs import MARKER, _staging_parent, temp_name
+from specsim.outputs import amend_committed, marker_identity
+
+#: the report files that link the PNGs: moved in after them
+REPORTS = ("report.md", "report.html")
 
 
-def identity(out_dir: Path) -> tuple[int, int, int] | None:
-    """What tells this run's committed output from a later one: its marker's device, inode
-    and modification time (None: no marker, the folder is gone or replaced)."""
-    try:
-        st = os.stat(Path(out_dir) / MARKER)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino, st.st_mtime_ns)
+def can_fork() -> bool:
+    """Whether a second process can draw the plots (``os.fork``); decided before the commit,
+    so report.md never says "being drawn" where nothing will draw them."""
+    return hasattr(os, "fork")
 
 
 def with_log(result: Any, folder: Path) -> Any:
@@ -59,33 +56,24 @@ def finish(result: Any, out_dir: Path, mode: str, ident: tuple[int, int, int] | 
     if it still holds the output ``ident`` names. Returns whether they were moved in."""
     from specsim.simulator.report.report import write_report
 
-    out_dir = Path(out_dir)
-    tmp = temp_name(_staging_parent(out_dir, mode), out_dir.name or "out")
-    os.mkdir(tmp, 0o777)
-    try:
+    def draw(tmp: Path) -> None:
         write_report(with_log(result, out_dir), tmp, plots=True)
-        if ident is None or identity(out_dir) != ident:
-            return False
-        names = sorted(p.name for p in tmp.iterdir() if p.suffix == ".png")
-        for name in [*names, "report.md", "report.html"]:
-            if (tmp / name).is_file():
-                os.replace(tmp / name, out_dir / name)
-        return True
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    return amend_committed(Path(out_dir), mode, ident, draw, last=REPORTS)
 
 
 def start(result: Any, out_dir: Path, mode: str) -> bool:
     """Hand the plots to a detached copy of this process (a double fork: nothing is left
-    for this process to reap). Returns False where ``os.fork`` does not exist: the caller
-    then draws them itself."""
-    if not hasattr(os, "fork"):
-        return False
-    ident = identity(out_dir)
+    for this process to reap). Returns False where the fork fails (out of processes): the
+    caller then draws them itself."""
+    ident = marker_identity(out_dir)
     with contextlib.suppress(OSError, ValueError):  # nothing buffered is written twice
         sys.stdout.flush()
         sys.stderr.flush()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        return False
     if pid:
         os.waitpid(pid, 0)  # the first child exits at once
         return True
