@@ -46,7 +46,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import yaml
-from scipy.optimize import least_squares
+from scipy.optimize import OptimizeResult, least_squares
 
 from specsim import values
 
@@ -100,6 +100,9 @@ FITTED = ("eta_compute", "matmul_half_tokens", "eta_memory", "eta_elementwise",
 # fitted only where the network table has rows whose workers span nodes
 CROSS_NODE = ("allreduce_nic_latency_s", "allreduce_nic_bw_eff")
 
+# Attention rows over a longer context (cached + new tokens) are held out as an extrapolation
+# (``attention_holdout``), also by the paged-KV decode check (``decode_context_terms``).
+LONG_CONTEXT = 2048.0
 DEFAULT_HOLDOUT = None  # every model in turn, and the largest TP degree, where the tables allow
 VIDUR_SOURCE = ("microsoft/vidur profiling data (MIT licence): data/profiling compute, "
                 "network and attention tables, read from ../shared/data/gpu_profiles/vidur "
@@ -605,8 +608,7 @@ def fit_group(group: str, frame: pd.DataFrame, hw: HardwareSpec,
         w = _octave_weights(frame, "size", ["workers", "per_node"])
         cases = None
     elif group == "attention":
-        w = _octave_weights(frame, "tokens", ["kind", "tp"]) * 0.5 + \
-            _octave_weights(frame, "ctx", ["kind", "tp"]) * 0.5
+        w = _attention_weights(frame)
         cases = _cases(frame, attention=True)
     else:
         w = _octave_weights(frame, "tokens", ["model", "tp"])
@@ -619,17 +621,39 @@ def fit_group(group: str, frame: pd.DataFrame, hw: HardwareSpec,
 
     def resid(x: np.ndarray) -> np.ndarray:
         vals = {**fixed, **dict(zip(names, x * scale, strict=True))}
-        ratio = predict(group, frame, hw, vals, cases) / meas
-        return sw * (np.log(ratio) if residual == "log" else ratio - 1.0)
+        return _residuals(predict(group, frame, hw, vals, cases), meas, sw, residual)
 
+    best = _best_fit(resid, [np.array(start) / scale for start in _starts(spec)], lo, hi)
+    vals = dict(zip(names, (float(v) for v in best.x * scale), strict=True))
+    return GroupFit(vals, float(best.cost), len(frame))
+
+
+def _attention_weights(frame: pd.DataFrame) -> np.ndarray:
+    """Attention rows' weights: half by octave of new tokens, half by octave of context, per
+    (kind, TP) table (both axes are sampled unevenly and both set the kernel's time)."""
+    return (_octave_weights(frame, "tokens", ["kind", "tp"]) * 0.5
+            + _octave_weights(frame, "ctx", ["kind", "tp"]) * 0.5)
+
+
+def _residuals(pred: np.ndarray, meas: np.ndarray, sw: np.ndarray,
+               residual: str = "log") -> np.ndarray:
+    """Weighted relative errors per row (``sw``: square roots of the row weights), as
+    ``fit_group`` documents them: every fit here minimises the same loss."""
+    ratio = pred / meas
+    return sw * (np.log(ratio) if residual == "log" else ratio - 1.0)
+
+
+def _best_fit(resid: Callable[[np.ndarray], np.ndarray], starts: Sequence[Sequence[float]],
+              lo: Sequence[float], hi: Sequence[float]) -> OptimizeResult:
+    """``least_squares`` (trf, bounded) from each start (clipped into the bounds); the
+    lowest cost wins, since the roofline's max() makes the loss piecewise."""
     best = None
-    for start in _starts(spec):
-        x0 = np.clip(np.array(start) / scale, lo, hi)
+    for start in starts:
+        x0 = np.clip(np.asarray(start, dtype=float), lo, hi)
         r = least_squares(resid, x0, bounds=(lo, hi), method="trf", x_scale=1.0)
         if best is None or r.cost < best.cost:
             best = r
-    vals = dict(zip(names, (float(v) for v in best.x * scale), strict=True))
-    return GroupFit(vals, float(best.cost), len(frame))
+    return best
 
 
 def _starts(spec: list[tuple[str, float, float, float, tuple[float, ...]]]) -> list[list[float]]:
@@ -803,10 +827,15 @@ def _pooled(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
     return ape_stats(np.concatenate([p for p, _ in parts]), np.concatenate([m for _, m in parts]))
 
 
-def attention_holdout(attn: pd.DataFrame, long_context: float = 2048.0) -> np.ndarray:
+def _context(attn: pd.DataFrame) -> np.ndarray:
+    """Each attention row's context per sequence: cached + new tokens."""
+    return (attn["kv"] + attn["q"]).to_numpy(float)
+
+
+def attention_holdout(attn: pd.DataFrame, long_context: float = LONG_CONTEXT) -> np.ndarray:
     """Attention rows held out: those whose context (cached + new) exceeds ``long_context``
     tokens (an extrapolation in context length; the table has one TP degree)."""
-    return (attn["kv"] + attn["q"] > long_context).to_numpy()
+    return _context(attn) > long_context
 
 
 def cross_node_quality(cross: pd.DataFrame, hw: HardwareSpec, vals: dict[str, float],
@@ -846,7 +875,7 @@ def cross_node_quality(cross: pd.DataFrame, hw: HardwareSpec, vals: dict[str, fl
 
 
 def decode_context_terms(attn: pd.DataFrame, hw: HardwareSpec, block_size: int = 16,
-                         split: float = 2048.0, short: float = 1024.0,
+                         split: float = LONG_CONTEXT, short: float = 1024.0,
                          values: dict[str, float] | None = None) -> dict[str, Any]:
     """Does decode attention over a paged KV cache cost more than the cost model's floor +
     KV bytes / (bandwidth x eta_attn_decode), per block of ``block_size`` tokens each
@@ -863,12 +892,11 @@ def decode_context_terms(attn: pd.DataFrame, hw: HardwareSpec, block_size: int =
     if dec.empty:
         raise CatalogError("no decode rows in the attention table")
     base = dict(values) if values is not None else fit_group("attention", attn, hw).values
-    ctx = (dec["kv"] + dec["q"]).to_numpy(float)
+    ctx = _context(dec)
     blocks = (dec["batch"] * np.ceil(ctx / block_size)).to_numpy(float)
     meas = dec["time_s"].to_numpy(float)
     cases = _cases(dec, attention=True)
-    w = np.sqrt(_octave_weights(dec, "tokens", ["tp"]) * 0.5
-                + _octave_weights(dec, "ctx", ["tp"]) * 0.5)
+    w = np.sqrt(_attention_weights(dec))
 
     def pred(x: np.ndarray) -> np.ndarray:
         vals = {**base, "eta_attn_decode": x[0], "floor_attention_s": x[1] * 1e-5}
@@ -880,19 +908,17 @@ def decode_context_terms(attn: pd.DataFrame, hw: HardwareSpec, block_size: int =
         lo, hi = [0.01, 0.0], [1.5, 50.0]
         if with_block:
             x0, lo, hi = x0 + [0.1], lo + [0.0], hi + [1e4]
-        r = least_squares(lambda x: (w * np.log(pred(x) / meas))[rows], x0, bounds=(lo, hi),
-                          method="trf")
-        return r.x
+        return _best_fit(lambda x: _residuals(pred(x), meas, w)[rows], [x0], lo, hi).x
 
     def err(x: np.ndarray, rows: np.ndarray) -> float:
         return round(float(np.mean(np.abs(pred(x)[rows] / meas[rows] - 1.0))) * 100.0, 2)
 
     everything = np.ones(len(dec), dtype=bool)
-    lo_rows, hi_rows = ctx <= short, ctx > split
+    lo_rows, hi_rows = ctx <= short, attention_holdout(dec, split)
     out: dict[str, Any] = {"block_size": block_size, "rows": len(dec),
                            "short_context": f"<= {short:g} tokens", "long_context": f"> {split:g} tokens"}
     for name, with_block in (("cost_model", False), ("with_per_block_term", True)):
-        x_all, x_tr = fit(everything, with_block), fit(ctx <= split, with_block)
+        x_all, x_tr = fit(everything, with_block), fit(~hi_rows, with_block)
         out[name] = {
             "eta_attn_decode": round(float(x_all[0]), 4),
             "floor_attention_us": round(float(x_all[1]) * 10.0, 2),
@@ -1037,8 +1063,8 @@ def fit_profiles(root: str | Path, hardware_name: str,
                 if not k.empty:
                     test[f"attention_{kind}"] = ape_stats(predict("attention", k, attn_hw, av),
                                                           _measured("attention", k))
-            res = {"held_out": f"attention rows with context (cached + new) > 2048 tokens "
-                               f"(table measured on {attn_hw.name})",
+            res = {"held_out": f"attention rows with context (cached + new) > "
+                               f"{LONG_CONTEXT:g} tokens (table measured on {attn_hw.name})",
                    "spec": "attention-long-context",
                    "train": {"attention": ape_stats(predict("attention", tr, attn_hw, av),
                                                     _measured("attention", tr))},
