@@ -244,13 +244,10 @@ def load_compute_table(path: str | Path, model: str | None = None) -> pd.DataFra
     return out
 
 
-def load_allreduce_table(path: str | Path, single_node: bool = True) -> pd.DataFrame:
-    """All-reduce times (seconds) per (workers, size in bytes); duplicates merged by median.
-
-    ``single_node``: keep rows whose workers all sit in one node (``devices_per_node`` equal
-    to ``num_workers``) where the table says, as tensor parallelism runs.
-    """
-    path = Path(path)
+def _allreduce_rows(path: Path) -> pd.DataFrame:
+    """The all-reduce rows of a network table as read (one reader for the single-node and
+    the cross-node loaders): workers, size (bytes), time_s (seconds) and, where the table
+    has ``devices_per_node``, per_node."""
     df = _read_csv(path)
     _require(df, NETWORK_COLUMNS, path, "network (all_reduce.csv)")
     if "collective" in df.columns:
@@ -262,9 +259,22 @@ def load_allreduce_table(path: str | Path, single_node: bool = True) -> pd.DataF
         "size": _numbers(df, "size", path, positive=True),
         "time_s": _numbers(df, "time_stats.all_reduce.median", path, positive=True) * 1e-3,
     }, index=df.index)
-    if single_node and "devices_per_node" in df.columns:
-        dpn = _numbers(df, "devices_per_node", path, positive=True)
-        out = out[dpn == out["workers"].to_numpy()]
+    if "devices_per_node" in df.columns:
+        out["per_node"] = _numbers(df, "devices_per_node", path, positive=True)
+    return out
+
+
+def load_allreduce_table(path: str | Path, single_node: bool = True) -> pd.DataFrame:
+    """All-reduce times (seconds) per (workers, size in bytes); duplicates merged by median.
+
+    ``single_node``: keep rows whose workers all sit in one node (``devices_per_node`` equal
+    to ``num_workers``) where the table says, as tensor parallelism runs.
+    """
+    path = Path(path)
+    out = _allreduce_rows(path)
+    if single_node and "per_node" in out.columns:
+        out = out[out["per_node"] == out["workers"]]
+    out = out.drop(columns="per_node", errors="ignore")
     out = out[out["workers"] > 1]
     if out.empty:
         raise CatalogError(f"{path}: no rows with 2 or more workers in one node")
@@ -275,19 +285,9 @@ def load_cross_node_allreduce(path: str | Path) -> pd.DataFrame | None:
     """All-reduce rows whose workers span nodes (``devices_per_node`` below
     ``num_workers``): seconds per (workers, devices per node, size); None where the table has
     no such rows (or no ``devices_per_node`` column)."""
-    path = Path(path)
-    df = _read_csv(path)
-    _require(df, NETWORK_COLUMNS, path, "network (all_reduce.csv)")
-    if "devices_per_node" not in df.columns:
+    out = _allreduce_rows(Path(path))
+    if "per_node" not in out.columns:
         return None
-    if "collective" in df.columns:
-        df = df[df["collective"].astype(str) == "all_reduce"]
-    out = pd.DataFrame({
-        "workers": _numbers(df, "num_workers", path, positive=True),
-        "per_node": _numbers(df, "devices_per_node", path, positive=True),
-        "size": _numbers(df, "size", path, positive=True),
-        "time_s": _numbers(df, "time_stats.all_reduce.median", path, positive=True) * 1e-3,
-    }, index=df.index)
     out = out[out["per_node"] < out["workers"]]
     if out.empty:
         return None
@@ -445,6 +445,7 @@ class _Case:
     tokens: np.ndarray
     qc: np.ndarray
     ctx: np.ndarray
+    per_node: int | None = None  # devices per node of a cross-node all-reduce (None: the chip's)
 
 
 def _shape_keys(frame: pd.DataFrame) -> list[tuple[int, int, int, int, int]]:
@@ -473,27 +474,19 @@ def _cases(frame: pd.DataFrame, attention: bool = False) -> list[_Case]:
     return out
 
 
-def _allreduce_cases(frame: pd.DataFrame) -> list[_Case]:
+def _allreduce_cases(frame: pd.DataFrame, across_nodes: bool = False) -> list[_Case]:
     """A one-wide layer per worker count: a message of ``size`` bytes is size / 2 tokens of
-    16-bit activations (and a layer runs two all-reduces)."""
+    16-bit activations (and a layer runs two all-reduces). ``across_nodes``: one per (workers,
+    devices per node) of a cross-node table (``load_cross_node_allreduce``), priced with the
+    chip's ``devices_per_node`` set to the row's (``roofline.cross_node_allreduce``)."""
     size = frame["size"].to_numpy(float)
-    return [_Case(layer_model(1, 1, 1, 1), int(w), idx, size[idx] / 2.0, np.zeros(len(idx)),
-                  np.zeros(len(idx)))
-            for w, idx in frame.groupby("workers").indices.items()]
-
-
-def _nic_allreduce(frame: pd.DataFrame, hw: HardwareSpec, cal: Calibration) -> np.ndarray:
-    """Seconds of one all-reduce per row of a cross-node table (``load_cross_node_allreduce``):
-    ``ForwardCostModel``'s all-reduce of a one-wide layer at TP = workers on this chip with
-    ``devices_per_node`` set to the row's (``roofline.cross_node_allreduce``)."""
-    out = np.empty(len(frame))
-    size = frame["size"].to_numpy(float)
-    prec = _precision()
-    for (w, n), idx in frame.groupby(["workers", "per_node"]).indices.items():
-        node_hw = replace(hw, devices_per_node=int(n))
-        cm = ForwardCostModel(layer_model(1, 1, 1, 1), node_hw, int(w), prec, cal)
-        z = np.zeros(len(idx))
-        out[idx] = cm.group_times(size[idx] / 2.0, z, z, z)["allreduce"] / 2.0
+    keys = ["workers", "per_node"] if across_nodes else "workers"
+    out = []
+    for key, idx in frame.groupby(keys).indices.items():
+        w, n = key if across_nodes else (key, None)
+        out.append(_Case(layer_model(1, 1, 1, 1), int(w), idx, size[idx] / 2.0,
+                         np.zeros(len(idx)), np.zeros(len(idx)),
+                         per_node=None if n is None else int(n)))
     return out
 
 
@@ -503,7 +496,8 @@ def _group(cases: list[_Case], n: int, hw: HardwareSpec, cal: Calibration, group
     out = np.empty(n)
     prec = _precision()
     for c in cases:
-        cm = ForwardCostModel(c.spec, hw, c.tp, prec, cal)
+        case_hw = hw if c.per_node is None else replace(hw, devices_per_node=c.per_node)
+        cm = ForwardCostModel(c.spec, case_hw, c.tp, prec, cal)
         lg = None if logits is None else np.full(len(c.tokens), logits)
         out[c.rows] = cm.group_times(c.tokens, c.qc, c.ctx, lg)[group]
     return out
@@ -549,11 +543,9 @@ def predict(group: str, frame: pd.DataFrame, hw: HardwareSpec, values: dict[str,
         cases = cases or _cases(frame, attention=True)
         return _group(cases, len(frame), hw, cal, group, logits=None) + values.get(
             _FLOORS[group], 0.0)
-    if group == "allreduce":
-        cases = cases or _allreduce_cases(frame)
-        return _group(cases, len(frame), hw, cal, group) / 2.0
-    if group == "allreduce_nic":
-        return _nic_allreduce(frame, hw, cal)
+    if group in ("allreduce", "allreduce_nic"):
+        cases = cases or _allreduce_cases(frame, across_nodes=group == "allreduce_nic")
+        return _group(cases, len(frame), hw, cal, "allreduce") / 2.0
     raise ValueError(f"unknown op group {group!r}")
 
 
@@ -606,7 +598,7 @@ def fit_group(group: str, frame: pd.DataFrame, hw: HardwareSpec,
         cases = _allreduce_cases(frame)
     elif group == "allreduce_nic":
         w = _octave_weights(frame, "size", ["workers", "per_node"])
-        cases = None
+        cases = _allreduce_cases(frame, across_nodes=True)
     elif group == "attention":
         w = _attention_weights(frame)
         cases = _cases(frame, attention=True)
