@@ -536,8 +536,9 @@ def _finish(run: MeasuredRun) -> None:
         out = req["output_tokens"].to_numpy()
         req["tpot_s"] = np.where(out > 1, (req["e2e_s"] - req["ttft_s"]) / np.maximum(out - 1, 1),
                                  np.nan)
-    req["output_ok"] = flag_miscounts(req)
-    req["decoded_tokens"] = decoded_tokens(req)
+    step = _local_step(req)  # one rolling median for both columns
+    req["output_ok"] = ok = _agrees(req, step)
+    req["decoded_tokens"] = _decoded(req, ok, step)
 
 
 def request_notes(run: MeasuredRun) -> list[str]:
@@ -570,7 +571,11 @@ def request_notes(run: MeasuredRun) -> list[str]:
     return notes
 
 
-def _local_step(req: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+#: ``_local_step``'s answer: per request decode time, time per output token, neighbours' median
+_Step = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _local_step(req: pd.DataFrame) -> _Step:
     """Per request: its measured decode time, its time per recorded output token (NaN
     where it records one token or none, or failed) and the median of that over the
     ``MISCOUNT_WINDOW`` requests around it in arrival order (they share its batch, so its
@@ -597,9 +602,14 @@ def flag_miscounts(req: pd.DataFrame) -> np.ndarray:
     requests around it in arrival order (they share its batch, so its step times); a request
     recording one token or none is flagged when it decoded longer than 2 such steps.
     """
+    return _agrees(req, _local_step(req))
+
+
+def _agrees(req: pd.DataFrame, step: _Step) -> np.ndarray:
+    """``flag_miscounts`` given ``_local_step(req)`` (computed once by the caller)."""
     out = req["output_tokens"].to_numpy()
     ok_rows = ~req["has_error"].to_numpy()
-    dec, per, local = _local_step(req)
+    dec, per, local = step
     good = np.where(out > 1, per <= MISCOUNT_RATIO * local, dec <= 2 * local)
     return good | ~ok_rows
 
@@ -614,11 +624,19 @@ def decoded_tokens(req: pd.DataFrame) -> np.ndarray:
     record about 82 of their ~245 tokens: decoded as recorded, the replay carried a sixth
     fewer tokens, and at 20 req/s its decoding batch was a third short, 55 against 82, and
     its TPOT 21% short)."""
+    step = _local_step(req)
+    return _decoded(req, _agrees(req, step), step)
+
+
+def _decoded(req: pd.DataFrame, ok: np.ndarray,
+             step: _Step) -> np.ndarray:
+    """``decoded_tokens`` given ``flag_miscounts``' answer and the ``_local_step`` it used
+    (the rolling median is computed once)."""
     out = req["output_tokens"].to_numpy().astype(np.int64)
-    bad = ~flag_miscounts(req)
+    bad = ~ok
     if not bad.any():
         return out.copy()
-    dec, _per, local = _local_step(req)
+    dec, _per, local = step
     good = ~bad & ~req["has_error"].to_numpy()
     cap = int(out[good].max()) if good.any() else int(out.max())
     with np.errstate(invalid="ignore", divide="ignore"):
