@@ -63,9 +63,11 @@ from specsim import run_scenario
 from specsim.cost_models.roofline import attention_area
 from specsim.simulator.cluster.engine import Deployment, load_scenario
 from specsim.simulator.execution.executor import Executor
+from specsim.yamlio import load_file
 
 K = 4
 SEED = 7
+CHAT_SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "chat.yaml"
 
 
 @dataclass(frozen=True)
@@ -467,6 +469,21 @@ def _setup(key: str, label: str, model: str, tp: int, hw: str, weights: str = "b
                  engine, activations, memory_fraction)
 
 
+def _sharegpt() -> tuple[Context, str]:
+    """The repo's ShareGPT lengths, read from ``scenarios/chat.yaml`` (the one place they are
+    written, with their source), and the words citing them: A1's ShareGPT curve runs them."""
+    syn = load_file(CHAT_SCENARIO, "a scenario")["workload"]["synthetic"]
+    p, o = syn["prompt_tokens"], syn["output_tokens"]
+    if not p["distribution"] == o["distribution"] == "lognormal":
+        raise ValueError(f"{CHAT_SCENARIO}: expected lognormal prompt and output lengths")
+    ctx = Context("sharegpt", (p["mean"], p["mean"]), (o["mean"], o["mean"]),
+                  lognormal=(p["sigma"], o["sigma"]), cap=(p["max"], o["max"]))
+    return ctx, (f"lengths: the repo's ShareGPT workload (scenarios/chat.yaml: lognormal means "
+                 f"{p['mean']} / {o['mean']} tokens, vLLM paper Fig. 11; sigmas {p['sigma']} / "
+                 f"{o['sigma']} assumed; cut at {p['max']:,} / {o['max']:,})")
+
+
+SHAREGPT, SHAREGPT_LENGTHS = _sharegpt()
 A3_NOTE = ("matched: model, GPU, TP8 and each row's own gamma; the source's engine is gpt-fast "
            "(a fixed batch's decode step is what both price), priced with the operator tables' "
            "NCCL all-reduce latency and per-layer floor (engine_profile), not vLLM's; acceptance "
@@ -530,11 +547,8 @@ CURVES = (
           "(sgl-project/sglang python/sglang/bench_serving.py sample_random_requests @0033168; "
           "output >= 1 here)", metric="e2e", token_budget=16384),
     Curve("A1 DeepSeek-V3 + MTP k=2, ShareGPT, 8x MI300X, SGLang", A1_SRC + ", Table 2",
-          _MI300X, Context("sharegpt", (161, 161), (338, 338), lognormal=(1.0, 0.8)),
-          tuple(Point(x, sp, A1_METHOD) for x, _, _, sp in A1_SHAREGPT),
-          A1_NOTE + "; lengths: the repo's ShareGPT workload (scenarios/chat.yaml: lognormal "
-          "means 161 / 338 tokens, vLLM paper Fig. 11; sigmas 1.0 / 0.8 assumed; cut at "
-          "8,000 / 4,000), not SGLang's sampler over DeepSeek-V3's tokenizer",
+          _MI300X, SHAREGPT, tuple(Point(x, sp, A1_METHOD) for x, _, _, sp in A1_SHAREGPT),
+          A1_NOTE + f"; {SHAREGPT_LENGTHS}, not SGLang's sampler over DeepSeek-V3's tokenizer",
           metric="e2e", token_budget=16384),
     Curve("A3 MagicDec Llama3.1-8B selfspec, 32K, 8x H100", A3_SRC,
           _setup("a3-8b-h100", "Llama-3.1-8B, 8x H100-SXM TP8", "Llama-3.1-8B", 8, "H100-SXM", engine="gpt-fast"),
