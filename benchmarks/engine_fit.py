@@ -45,7 +45,12 @@ from specsim.cost_models.calibrate.engine_fit import (  # noqa: E402
     with_prompt_cache,
     workload_of,
 )
-from specsim.cost_models.calibrate.profiles import CROSS_NODE, write_profile  # noqa: E402
+from specsim.cost_models.calibrate.profiles import (  # noqa: E402
+    CROSS_NODE,
+    NIC_TRANSFERS,
+    transferred_cross_node,
+    write_profile,
+)
 from specsim.cost_models.calibration import EXTRA_PARAMS, profile_from_dict  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "vllm_runs"
@@ -54,7 +59,8 @@ FITTED_ON = "H100-SXM"  # the hardware of the measured runs
 TRANSFER_TO = ("A100-SXM-80GB",)
 # parameters a profile may take from a cited measurement or another chip instead of its own
 # tables (the cross-node all-reduce, profiles.CROSS_NODE): a refit keeps their values and
-# sources as they are
+# sources as they are, except those taken from another chip's profile (profiles.NIC_TRANSFERS),
+# copied from it afresh
 KEEP_SOURCE = CROSS_NODE
 RUNS_SOURCE = ("8 measured vLLM v1 runs on H100-SXM (../shared/data/vllm_runs: Llama-2-7B TP1, "
                "Llama-2-70B TP4, Mixtral-8x7B TP2, CodeLlama-34B TP2; 16 load stages), "
@@ -107,6 +113,15 @@ def spec_values() -> tuple[dict[str, float], dict[str, str]]:
             "over the regimes, poorly identified"),
     }
     return values, sources
+
+
+def transferred(hw: str) -> tuple[dict[str, float], dict[str, str]]:
+    """The cross-node terms ``hw`` copies from another chip's bundled profile, with their
+    source labels (``profiles.transferred_cross_node``); none for a chip that copies none."""
+    if hw not in NIC_TRANSFERS:
+        return {}, {}
+    donor = yaml.safe_load((BUNDLED / f"{NIC_TRANSFERS[hw][0]}.yaml").read_text())
+    return transferred_cross_node(hw, donor)
 
 
 def _cal(doc: dict, values: dict, origin: str):
@@ -209,13 +224,16 @@ def main(argv: list[str] | None = None) -> int:
         p = BUNDLED / f"{hw}.yaml"
         d = yaml.safe_load(p.read_text())
         ops = operator_tables_values(d)
-        kept = {k: d["fitted"][k] for k in KEEP_SOURCE if k in d["fitted"] and k not in ops}
+        moved, moved_sources = transferred(hw)
+        have = {**d["fitted"], **moved}
+        kept = {k: have[k] for k in KEEP_SOURCE if k in have and k not in ops}
         new = {**ops, **kept, **stack, **spec}
         own = hw == FITTED_ON
         d["fitted"] = new
         d["operator_tables_fitted"] = ops
         cited = {k: v for k, v in (d.get("parameter_sources") or {}).items()
                  if k in KEEP_SOURCE}  # set from a public measurement, not the tables
+        cited.update(moved_sources)
         d["parameter_sources"] = {
             **{k: cited.get(k, "operator tables (fit_quality)") for k in ops if k not in stack},
             **{k: cited[k] for k in kept if k in cited},

@@ -13,6 +13,7 @@ import yaml
 from specsim.cost_models.calibrate.profiles import (
     ELEMENTWISE_OPS,
     LINEAR_OPS,
+    NIC_TRANSFERS,
     calibration_from,
     find_tables,
     fit_profiles,
@@ -20,6 +21,7 @@ from specsim.cost_models.calibrate.profiles import (
     load_allreduce_table,
     load_attention_table,
     load_compute_table,
+    transferred_cross_node,
     write_profile,
 )
 from specsim.cost_models.calibration import EXTRA_PARAMS, default_profile, load_profile
@@ -334,6 +336,24 @@ def test_bundled_profiles_load(hw):
     transferred = any("TRANSFERRED" in n for n in cal.details["notes"])
     assert transferred == (hw == "H100-SXM")
     assert (hw != "H100-SXM") == ("transferred_from" in cal.details["engine_fit"])
+
+
+@pytest.mark.parametrize("hw", sorted(NIC_TRANSFERS))
+def test_transferred_cross_node_terms_are_the_donors(hw):
+    """A chip without cross-node rows (H100-SXM) carries its donor's fitted terms, as
+    ``transferred_cross_node`` copies them from the donor's bundled profile (the value is
+    written once, by the donor's fit), labelled TRANSFERRED with the donor's table."""
+    from specsim.cost_models.calibration import _bundled_dir
+
+    def doc(name):
+        return yaml.safe_load(_bundled_dir().joinpath(f"{name}.yaml").read_text())
+    donor, own = doc(NIC_TRANSFERS[hw][0]), doc(hw)
+    vals, sources = transferred_cross_node(hw, donor)
+    assert vals and vals == {k: own["fitted"][k] for k in vals}
+    assert sources == {k: own["parameter_sources"][k] for k in vals}
+    assert all(s.startswith(f"TRANSFERRED from {NIC_TRANSFERS[hw][0]}") for s in sources.values())
+    with pytest.raises(CatalogError):
+        transferred_cross_node(hw, own)  # not the donor
 
 
 def test_group_times_add_up_to_the_pass_time():

@@ -99,6 +99,11 @@ FITTED = ("eta_compute", "matmul_half_tokens", "eta_memory", "eta_elementwise",
           "allreduce_nic_latency_s", "allreduce_nic_bw_eff")
 # fitted only where the network table has rows whose workers span nodes
 CROSS_NODE = ("allreduce_nic_latency_s", "allreduce_nic_bw_eff")
+# Cross-node terms a chip whose tables have no rows across nodes takes from another chip's
+# fitted profile (labelled TRANSFERRED): chip -> (donor chip, terms). Vidur measured no
+# H100 cross-node all-reduce; its A100 table has such rows (the NIC share of H100 is a cited
+# measurement instead, kept by benchmarks/engine_fit.py).
+NIC_TRANSFERS = {"H100-SXM": ("A100-SXM-80GB", ("allreduce_nic_latency_s",))}
 
 # Attention rows over a longer context (cached + new tokens) are held out as an extrapolation
 # (``attention_holdout``), also by the paged-KV decode check (``decode_context_terms``).
@@ -140,6 +145,24 @@ def resolve_hardware(name: str) -> tuple[str, str]:
                            f"{', '.join(matches)}); give the catalog name")
     raise CatalogError(f"--hardware {name!r}: not a catalog accelerator or table name "
                        f"(tables: {known}; catalog: {', '.join(sorted(cat))})")
+
+
+def transferred_cross_node(hardware: str, donor: dict[str, Any]
+                           ) -> tuple[dict[str, float], dict[str, str]]:
+    """The cross-node terms ``hardware`` takes from its donor (``NIC_TRANSFERS``), with
+    each one's source label; ``donor``: the donor's bundled profile mapping, so the value is
+    written in one place (the donor's fit) and copied by this step only."""
+    if hardware not in NIC_TRANSFERS:
+        return {}, {}
+    name, terms = NIC_TRANSFERS[hardware]
+    if donor.get("hardware") != name:
+        raise CatalogError(f"{hardware}: cross-node terms come from {name}'s profile, got "
+                           f"{donor.get('hardware')!r}'s")
+    vals = {k: donor["fitted"][k] for k in terms}
+    own = table_key(hardware).upper()
+    return vals, {k: (f"TRANSFERRED from {name} (its all-reduce table's cross-node rows, "
+                      f"fit_quality.cross_node_allreduce there: {v * 1e6:.1f} us); no {own} "
+                      "cross-node table") for k, v in vals.items()}
 
 
 # ------------------------------------------------------------------ loading
