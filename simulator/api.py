@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from specsim import startup_gc
 from specsim.cost_models.errors import CatalogError
@@ -24,7 +23,10 @@ from specsim.errors import ScenarioError
 from specsim.traces.errors import TraceError
 
 if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
     from specsim.simulator.cluster.simulation import RequestRows
+    from specsim.traces.schema import Trace
 
 USER_ERRORS = (ScenarioError, CatalogError, TraceError)
 
@@ -100,13 +102,20 @@ def in_file(origin: str):
 
 
 def build_trace(sc: Any, base: Path, max_context: int) -> pd.DataFrame:
-    from specsim.traces.workload import build_workload
+    """The scenario's workload as a DataFrame (``trace_for``'s)."""
+    return trace_for(sc, base, max_context).frame()
 
-    return build_workload(sc.workload, base, int(sc.seed), max_context)
+
+def trace_for(sc: Any, base: Path, max_context: int) -> Trace:
+    """The scenario's workload as the trace a run reads (``traces.schema.Trace``: numpy
+    columns, no pandas)."""
+    from specsim.traces.workload import workload_trace
+
+    return workload_trace(sc.workload, base, int(sc.seed), max_context)
 
 
 def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None,
-                 overrides: Any = None, trace: pd.DataFrame | None = None,
+                 overrides: Any = None, trace: pd.DataFrame | Trace | None = None,
                  progress: Any = None, check: bool = True,
                  stream_to: str | Path | None = None) -> Result:
     """Validate, build and run a scenario; the Python API behind ``specsim run``.
@@ -125,7 +134,7 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
         sc, base, origin = load_scenario(source, overrides, seed)
         if trace is None:
             model = get_model(sc.model, "model")
-            trace = build_trace(sc, base, model.max_context)
+            trace = trace_for(sc, base, model.max_context)
         sim = Simulation(sc, trace, base, progress)
     trace = None  # the request table holds what the run needs (a big trace is let go)
     log = None

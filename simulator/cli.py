@@ -104,7 +104,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.out:  # a place we may not write is refused before any simulating (or importing)
         check_destination(Path(args.out), args.force)
-    from specsim.simulator.cluster.engine import build_trace, in_file, load_scenario, run_scenario
+    from specsim.simulator.cluster.engine import in_file, load_scenario, run_scenario, trace_for
     source = args.scenario
     sc, base, origin = load_scenario(source, args.set, args.seed)
     show = sc.simulation.progress and not args.quiet
@@ -117,7 +117,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             from specsim.cost_models.catalog import get_model
 
             with in_file(origin):
-                trace = build_trace(sc, base, get_model(sc.model, "model").max_context)
+                trace = trace_for(sc, base, get_model(sc.model, "model").max_context)
             prog, update = _progress_bar(len(trace))
             with prog:
                 result = run_scenario(source, seed=args.seed, overrides=args.set, trace=trace,
@@ -259,16 +259,16 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from specsim import limits
     from specsim.simulator.cluster.build import deploy
     from specsim.simulator.cluster.engine import (
-        build_trace,
         in_file,
         load_scenario,
+        trace_for,
         workload_key,
     )
 
     sc, base, origin = load_scenario(args.scenario, args.set, None)
     with in_file(origin):  # every cross-key rule, the catalogs and the workload; no simulation
         deployment = deploy(sc, base)  # every pool
-        trace = build_trace(sc, base, deployment.model.max_context)
+        trace = trace_for(sc, base, deployment.model.max_context)
         limits.check_requests(len(trace), workload_key(sc),
                               record_iterations=sc.simulation.record_iterations)
     print(f"{origin}: ok ({len(trace)} requests, model {sc.model if isinstance(sc.model, str) else 'inline'})")

@@ -85,28 +85,113 @@ def known_keys(mapping: dict[str, Any], keys: list[str] | tuple[str, ...],
             raise ValueRuleError(f"{name}: " + unknown_key(key, list(keys), qualifier))
 
 
+#: A number written as text, as a CSV field holds it (pandas' ``to_numeric`` reads the same):
+#: ASCII digits, an optional sign, point and exponent, or inf / infinity / nan; spaces around
+_TEXT_NUMBER = None
+
+
+def _text_number():
+    global _TEXT_NUMBER
+    if _TEXT_NUMBER is None:
+        import re
+
+        _TEXT_NUMBER = re.compile(r"\s*[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+                                  r"|inf(?:inity)?|nan)\s*", re.ASCII | re.IGNORECASE)
+    return _TEXT_NUMBER
+
+
+def _one_float(v: Any) -> float:
+    """One cell as a float (NaN where it is no number): a number, or text ``_TEXT_NUMBER``
+    reads."""
+    if isinstance(v, str):
+        if _text_number().fullmatch(v) is None:
+            return math.nan
+        return float(v)
+    if isinstance(v, bool) or v is None:
+        return math.nan if v is None else float(v)
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    except OverflowError:  # an int beyond float's range
+        return math.inf
+
+
+def _floats(cells: Any, wrong: Any) -> Any:
+    """``cells`` (a numpy array) as float64, NaN where a cell is ``wrong`` or no number. Text
+    goes through numpy's own conversion when every cell is plain (ASCII, no ``_``: what
+    Python's ``float`` reads beyond ``_TEXT_NUMBER``), else cell by cell."""
+    import numpy as np
+
+    if cells.dtype.kind in "iufb":
+        return cells.astype(np.float64)
+    if cells.dtype.kind in "US":
+        cells = cells.astype(object)
+    if cells.dtype != object:
+        cells = cells.astype(object)
+    if not wrong.any() and len(cells) and all(type(v) is str for v in cells):
+        joined = "".join(cells)
+        if joined.isascii() and "_" not in joined:
+            try:
+                return cells.astype(np.float64)
+            except ValueError:
+                pass  # a cell that is no number: cell by cell, it becomes NaN
+    out = np.fromiter((_one_float(v) for v in cells), np.float64, len(cells))
+    out[wrong] = np.nan
+    return out
+
+
+def _is_blank(cells: Any) -> Any:
+    """Cells that stand for "not given": None, NaN, pandas' NA, an empty field."""
+    import numpy as np
+
+    if cells.dtype.kind == "f":
+        return np.isnan(cells)
+    if cells.dtype != object:
+        return np.zeros(len(cells), dtype=bool)
+    return np.fromiter((v is None or (isinstance(v, float) and v != v)
+                        or (isinstance(v, str) and v == "")
+                        or type(v).__name__ in ("NAType", "NaTType") for v in cells),
+                       bool, len(cells))
+
+
+def _cells(raw: Any) -> Any:
+    """A column as a numpy array: an array as it is, a pandas Series or array by its values
+    (extension dtypes as objects), any other sequence as objects."""
+    import numpy as np
+
+    if isinstance(raw, np.ndarray):
+        return raw
+    to_numpy = getattr(raw, "to_numpy", None)
+    if to_numpy is not None:  # pandas, only where the caller already has it
+        dtype = getattr(raw, "dtype", None)
+        return to_numpy() if isinstance(dtype, np.dtype) else to_numpy(dtype=object)
+    out = np.empty(len(raw), dtype=object)
+    out[:] = list(raw)
+    return out
+
+
 def column(raw: Any, *, integer: bool = False, lo: float | None = None,
            hi: float | None = None, exclusive_lo: bool = False, blank_ok: bool = False,
            text_ok: bool = False) -> Any:
-    """A whole column (a pandas Series or a sequence) by the rule of ``number``, checked at
-    once and returned as a float64 array (callers cast integers); the first bad row raises
-    ``ValueRuleError`` with ``number``'s own message and ``exc.row`` (0-based). ``blank_ok``
-    lets NaN / None / an empty field stand for "not given"; ``text_ok`` reads numbers written
-    as text (a CSV field), which a typed column (a DataFrame, JSON) refuses as "3"."""
+    """A whole column (a numpy array, a pandas Series or a sequence) by the rule of
+    ``number``, checked at once and returned as a float64 array (callers cast integers); the
+    first bad row raises ``ValueRuleError`` with ``number``'s own message and ``exc.row``
+    (0-based). ``blank_ok`` lets NaN / None / an empty field stand for "not given";
+    ``text_ok`` reads numbers written as text (a CSV field), which a typed column (a
+    DataFrame, JSON) refuses as "3". numpy only: a run reads its trace without pandas."""
     import numpy as np  # here: the scalar rules above are read by modules without numpy
-    import pandas as pd
 
-    series = raw if isinstance(raw, pd.Series) else pd.Series(list(raw), dtype=object)
-    if pd.api.types.is_bool_dtype(series.dtype):
-        wrong = np.ones(len(series), dtype=bool)
-    elif series.dtype == object and not text_ok:
+    cells = _cells(raw)
+    if cells.dtype == bool:
+        wrong = np.ones(len(cells), dtype=bool)
+    elif cells.dtype == object and not text_ok:
         wrong = np.fromiter((isinstance(v, bool | str) or not (v is None or isinstance(
-            v, int | float | np.integer | np.floating)) for v in series), bool, len(series))
+            v, int | float | np.integer | np.floating)) for v in cells), bool, len(cells))
     else:
-        wrong = np.zeros(len(series), dtype=bool)
-    values = pd.to_numeric(series.where(~wrong, None) if wrong.any() else series,
-                           errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    blank = series.isna().to_numpy() | (series.astype(object) == "").to_numpy()
+        wrong = np.zeros(len(cells), dtype=bool)
+    values = _floats(cells, wrong)
+    blank = _is_blank(cells)
     bad = wrong | ~np.isfinite(values)
     if blank_ok:
         bad &= ~blank
@@ -121,7 +206,7 @@ def column(raw: Any, *, integer: bool = False, lo: float | None = None,
     hits = np.flatnonzero(bad)
     if hits.size:
         row = int(hits[0])
-        given = series.iloc[row]
+        given = cells[row]
         if type(given).__module__ == "numpy" and hasattr(given, "item"):
             given = given.item()
         blank_cell = text_ok and (given is None or given == "" or (

@@ -6,14 +6,17 @@ import json
 from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from specsim import safe_read
 from specsim.traces.errors import TraceError, at_line, names, show
 from specsim.traces.formats import azure, burstgpt, generic, mooncake, vidur
 from specsim.traces.names import FORMATS  # noqa: E402
 from specsim.traces.reading import first_line, split_header
+from specsim.traces.schema import Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 _CSV_FORMATS = (azure, burstgpt, vidur, generic)
 
@@ -64,7 +67,21 @@ def load_trace(
     keep_columns: Sequence[str] = (),
     origin: str | None = None,
 ) -> pd.DataFrame:
-    """Read a trace file (``.gz`` too) into the schema DataFrame.
+    """Read a trace file (``.gz`` too) into the schema DataFrame (``read_trace``'s frame)."""
+    return read_trace(path, format, keep_failed, sort=sort, keep_columns=keep_columns,
+                      origin=origin).frame()
+
+
+def read_trace(
+    path: str | PathLike[str],
+    format: str = "auto",
+    keep_failed: bool = False,
+    *,
+    sort: bool = False,
+    keep_columns: Sequence[str] = (),
+    origin: str | None = None,
+) -> Trace:
+    """Read a trace file (``.gz`` too) into the schema's trace.
 
     ``keep_failed`` replays failed requests (BurstGPT failures, zero-output rows) as
     prefill + 1 token instead of dropping them; ``sort`` orders an unsorted file instead

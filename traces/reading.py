@@ -10,22 +10,22 @@ comes through ``specsim.safe_read``: a size cap (inflated too), an inflation rat
 from __future__ import annotations
 
 import csv
+import io
 import json
-import re
-import warnings
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
-import pandas as pd
 
 from specsim import safe_read, values
 from specsim.safe_read import is_gzip  # noqa: F401  (the traces' name for it)
 from specsim.traces.errors import TraceError, at_line, names, show
 
 CHUNK_ROWS = 250_000
+#: A chunk of CSV rows: column name -> its text cells (an object array)
+Chunk = dict[str, np.ndarray]
 #: The largest integer (token count, id) a trace may hold: 2^53, exact in float64.
 #: What reading a damaged, truncated or non-UTF-8 (gzip) file raises.
 READ_ERRORS = (OSError, UnicodeDecodeError, EOFError, zlib.error)
@@ -75,7 +75,7 @@ def iter_csv_chunks(
     fmt: str = "",
     chunk_rows: int = CHUNK_ROWS,
     keep: Sequence[str] = (),
-) -> Iterator[tuple[np.ndarray, pd.DataFrame]]:
+) -> Iterator[tuple[np.ndarray, Chunk]]:
     """Yield ``(file_line_numbers, chunk)`` with the wanted columns as strings.
 
     Blank rows are skipped (but counted, so line numbers stay right). A header without
@@ -101,43 +101,21 @@ def iter_csv_chunks(
             f"(the header has {names(header)})",
         )
     wanted = list(dict.fromkeys([*required, *keep, *(c for c in optional if c in header)]))
-    any_rows = False
     try:
         stream = safe_read.open_binary(path, origin)
     except READ_ERRORS as exc:
         raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
+    any_rows = False
     try:
-        # All columns are read (not usecols) so that a row with too many fields is an error;
-        # index_col=False stops pandas from taking a first row with one field too many as
-        # "the first column is the index" (it warns instead, and the warning is an error).
-        reader = pd.read_csv(
-            stream,
-            dtype=str,
-            na_filter=False,
-            skip_blank_lines=False,
-            skipinitialspace=True,
-            chunksize=chunk_rows,
-            encoding="utf-8-sig",
-            index_col=False,
-            skiprows=header_line - 1,  # blank lines above the header
-        )
-        for chunk in _chunks(reader, path, origin, len(header)):
-            absent = [c for c in wanted if c not in chunk.columns]
-            if absent:  # a header pandas reads otherwise (quotes, repeated names)
-                raise at_line(
-                    origin, header_line, f"cannot read column {show(absent[0])} from the header "
-                    f"({names(header)}); write plain, distinct column names"
-                )
-            chunk = chunk[wanted]
-            lines = chunk.index.to_numpy() + header_line + 1
-            blank = (chunk == "").all(axis=1).to_numpy()
-            if blank.any():
-                chunk, lines = chunk.loc[~blank], lines[~blank]
-            if len(chunk):
-                any_rows = True
-                yield lines, chunk
-    except pd.errors.ParserError as exc:
-        raise _parser_error(exc, origin) from exc
+        text = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
+        # a field may be as long as a line may (safe_read's cap), not csv's 128 KiB default
+        csv.field_size_limit(max(csv.field_size_limit(), safe_read.limit(safe_read.LINE_BYTES)))
+        rows = csv.reader(text, skipinitialspace=True)
+        for lines, chunk in _chunks(rows, origin, header_line, header, wanted, chunk_rows):
+            any_rows = True
+            yield lines, chunk
+    except csv.Error as exc:
+        raise TraceError(f"{origin}: cannot be parsed as CSV ({exc})") from exc
     except READ_ERRORS as exc:
         raise TraceError(f"{origin}: cannot read the file ({exc})") from exc
     finally:
@@ -146,49 +124,68 @@ def iter_csv_chunks(
         raise at_line(origin, header_line + 1, "no requests after the header line")
 
 
-def _chunks(
-    reader: Iterator[pd.DataFrame], path: Path, origin: str, fields: int
-) -> Iterator[pd.DataFrame]:
-    """``reader``'s chunks; a row with more fields than the header is a TraceError."""
-    while True:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", pd.errors.ParserWarning)
-            try:
-                chunk = next(reader)
-            except StopIteration:
-                return
-            except pd.errors.ParserWarning:
-                raise _too_many_fields(path, origin, fields) from None
-        yield chunk
+def _chunks(rows: Iterator[list[str]], origin: str, header_line: int, header: list[str],
+            wanted: list[str], chunk_rows: int
+            ) -> Iterator[tuple[np.ndarray, Chunk]]:
+    """``(file line numbers, {column: text cells})`` of up to ``chunk_rows`` rows at a time.
+
+    A row's line is counted in rows, as CSV readers do (a quoted field over two lines is one
+    row). A short row's missing fields are empty; a row whose wanted fields are all empty (a
+    blank line) is skipped but counted; a row with more fields than the header is a
+    TraceError."""
+    parsed: list[str] | None = None
+    number = 0
+    for row in rows:  # the header line (blank lines above it)
+        number += 1
+        if number == header_line:
+            parsed = row
+            break
+    if parsed is None:
+        return
+    absent = [c for c in wanted if c not in parsed]
+    if absent:  # a header a CSV reader reads otherwise (quotes, commas inside them)
+        raise at_line(
+            origin, header_line, f"cannot read column {show(absent[0])} from the header "
+            f"({names(header)}); write plain, distinct column names"
+        )
+    fields = len(header)
+    at = [parsed.index(c) for c in wanted]
+    cells: list[list[str]] = [[] for _ in wanted]
+    lines: list[int] = []
+    for row in rows:
+        number += 1
+        if len(row) > fields:
+            raise at_line(origin, number, f"expected {fields} fields, saw {len(row)}")
+        if len(row) < fields:
+            row = row + [""] * (fields - len(row))
+        picked = [row[i] for i in at]
+        if not any(picked):
+            continue
+        lines.append(number)
+        for out, cell in zip(cells, picked, strict=True):
+            out.append(cell)
+        if len(lines) == chunk_rows:
+            yield _chunk(lines, wanted, cells)
+            cells, lines = [[] for _ in wanted], []
+    if lines:
+        yield _chunk(lines, wanted, cells)
 
 
-def _too_many_fields(path: Path, origin: str, fields: int) -> TraceError:
-    """The first line with more than ``fields`` fields (pandas does not say which)."""
-    try:
-        with open_text(path, origin) as fh:
-            for number, row in enumerate(csv.reader(fh), start=1):
-                if len(row) > fields:
-                    return at_line(origin, number, f"expected {fields} fields, saw {len(row)}")
-    except (*READ_ERRORS, csv.Error):
-        pass
-    return TraceError(f"{origin}: a row has more fields than the header ({fields})")
-
-
-def _parser_error(exc: Exception, origin: str) -> TraceError:
-    """Turn pandas' tokenizer error into ours, keeping its line number."""
-    text = str(exc).strip().splitlines()[-1]
-    found = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text)
-    if found:
-        fields, line, saw = found.groups()
-        return at_line(origin, int(line), f"expected {fields} fields, saw {saw}")
-    return TraceError(f"{origin}: cannot be parsed as CSV ({text})")
+def _chunk(lines: list[int], wanted: list[str], cells: list[list[str]]
+           ) -> tuple[np.ndarray, Chunk]:
+    out = {}
+    for name, col in zip(wanted, cells, strict=True):
+        arr = np.empty(len(col), dtype=object)
+        arr[:] = col
+        out[name] = arr
+    return np.asarray(lines, dtype=np.int64), out
 
 
 def _describe(value: Any) -> str:
     return "an empty field" if value == "" else show(value)
 
 
-def _column(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str,
+def _column(chunk: Chunk, lines: np.ndarray, column: str, origin: str,
             **rule: Any) -> np.ndarray:
     """A CSV column by the shared number rule (``specsim.values.column``); TraceError names
     the first bad line."""
@@ -200,20 +197,22 @@ def _column(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str,
 
 
 def column_ints(
-    chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str, minimum: int = 0
+    chunk: Chunk, lines: np.ndarray, column: str, origin: str, minimum: int = 0
 ) -> np.ndarray:
     """Parse a CSV column of integers from ``minimum`` to 2^53."""
     return _column(chunk, lines, column, origin, integer=True, lo=minimum).astype(np.int64)
 
 
-def column_floats(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str) -> np.ndarray:
+def column_floats(chunk: Chunk, lines: np.ndarray, column: str, origin: str) -> np.ndarray:
     """Parse a CSV column of finite numbers."""
     return _column(chunk, lines, column, origin)
 
 
-def column_times_ns(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str) -> np.ndarray:
+def column_times_ns(chunk: Chunk, lines: np.ndarray, column: str, origin: str) -> np.ndarray:
     """Parse date-time strings (with or without a time zone) to UTC nanoseconds."""
-    raw = chunk[column]
+    import pandas as pd  # the Azure format's date-times only
+
+    raw = pd.Series(chunk[column], dtype=object)
     try:
         stamps = pd.to_datetime(raw, format="ISO8601", utc=True, errors="coerce")
         bad = stamps.isna().to_numpy()
@@ -232,6 +231,8 @@ def column_times_ns(chunk: pd.DataFrame, lines: np.ndarray, column: str, origin:
 
 def _is_stamp(value: str) -> bool:
     """A date-time within the nanosecond range (1677-2262)."""
+    import pandas as pd
+
     try:
         stamp = pd.to_datetime(value, format="ISO8601", utc=True)
         return not pd.isna(stamp) and stamp.as_unit("ns") is not None

@@ -1,20 +1,26 @@
 """The request-trace schema every loader and generator produces, and its checks.
 
-A trace is a pandas DataFrame with one row per request, sorted by arrival. Keeping one
+A trace is one row per request, sorted by arrival, in the schema's columns. Keeping one
 schema means the simulator, the stats and the fitter never care where a trace came from.
+Loaders and generators build a ``Trace`` (typed numpy columns: a run reads its trace without
+pandas, whose import is a fifth of a short run's time); the public functions
+(``make_trace``, ``validate_trace``, ``loaders.load_trace``, ``workload.build_workload``) hand
+back its pandas DataFrame (``Trace.frame``), which a run also takes (``as_trace``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from specsim import values
 from specsim.limits import MAX_ARRIVAL_S
 from specsim.traces.errors import TraceError, show
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: Tokens per prefix block, as in Mooncake's ``hash_ids`` (one id per 512-token block).
 BLOCK_TOKENS = 512
@@ -48,9 +54,80 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 
+class Trace:
+    """A request trace as typed numpy columns (the schema's, in ``COLUMNS``' order, then any
+    raw source column kept for classes) and what it came from (``attrs``: source, format,
+    failed requests, the workload's log). Indexed like a DataFrame by column name (a numpy
+    array), ``len`` is its requests; ``frame()`` is the pandas DataFrame."""
+
+    __slots__ = ("_cols", "attrs")
+
+    def __init__(self, columns: dict[str, np.ndarray], attrs: dict[str, Any] | None = None
+                 ) -> None:
+        self._cols = dict(columns)
+        self.attrs: dict[str, Any] = dict(attrs or {})
+
+    def __len__(self) -> int:
+        return len(next(iter(self._cols.values()))) if self._cols else 0
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._cols[name]
+
+    def __setitem__(self, name: str, values: Any) -> None:
+        """A column replaced or added: an array of the trace's length, or one value for all."""
+        if isinstance(values, str):
+            fill = np.empty(len(self), dtype=object)
+            fill.fill(values)
+            values = fill
+        elif np.ndim(values) == 0 and not isinstance(values, tuple):
+            values = np.full(len(self), values)
+        self._cols[name] = values if isinstance(values, np.ndarray) else _as_cells(values)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._cols
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._cols)
+
+    def copy(self) -> Trace:
+        """A trace whose columns and attrs may be replaced without touching this one (the
+        arrays are shared until replaced)."""
+        return Trace(self._cols, self.attrs)
+
+    def rows(self, which: np.ndarray | slice) -> Trace:
+        """The requests ``which`` selects (a mask, indices or a slice), in order."""
+        return Trace({k: v[which] for k, v in self._cols.items()}, self.attrs)
+
+    def frame(self) -> pd.DataFrame:
+        """The trace as a pandas DataFrame (one row per request, ``attrs`` carried)."""
+        import pandas as pd
+
+        if not len(self):
+            df = empty_trace()
+        else:
+            df = pd.DataFrame(self._cols, columns=list(self._cols))
+        df.attrs.update(self.attrs)
+        return df
+
+
+def as_trace(data: Any) -> Trace:
+    """A trace a run reads: a ``Trace`` as it is, a DataFrame by its columns and attrs (not
+    checked again: ``validate_trace`` checks)."""
+    if isinstance(data, Trace):
+        return data
+    return Trace({c: data[c].to_numpy() for c in data.columns}, dict(data.attrs))
+
+
 def empty_trace() -> pd.DataFrame:
     """A trace with no requests but every column and dtype, for code paths that need one."""
+    import pandas as pd
+
     return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in COLUMNS.items()})
+
+
+def _empty_columns() -> Trace:
+    return Trace({name: np.empty(0, dtype=dtype) for name, dtype in COLUMNS.items()})
 
 
 def make_trace(
@@ -60,6 +137,18 @@ def make_trace(
     origin: str,
     **optional: Any,
 ) -> pd.DataFrame:
+    """Assemble a trace from column arrays (others default), sort it and validate it: the
+    DataFrame of ``trace_from``."""
+    return trace_from(arrival_s, prompt_tokens, output_tokens, origin, **optional).frame()
+
+
+def trace_from(
+    arrival_s: Sequence[float] | np.ndarray,
+    prompt_tokens: Sequence[int] | np.ndarray,
+    output_tokens: Sequence[int] | np.ndarray,
+    origin: str,
+    **optional: Any,
+) -> Trace:
     """Assemble a trace from column arrays (others default), sort it and validate it.
 
     Sorting is stable, so requests with equal arrival keep their given order.
@@ -72,12 +161,29 @@ def make_trace(
     unknown = set(optional) - set(COLUMNS)
     if unknown:
         raise TypeError(f"make_trace: unknown columns {sorted(unknown)}")
-    data.update({k: v for k, v in optional.items() if v is not None})
-    df = pd.DataFrame(data)
-    order = np.argsort(df["arrival_s"].to_numpy(), kind="stable")
+    for k, v in optional.items():
+        if v is not None:
+            data[k] = v if isinstance(v, np.ndarray) else _as_cells(v)
+    t = Trace(data)
+    order = np.argsort(t["arrival_s"], kind="stable")
     if not np.array_equal(order, np.arange(len(order))):
-        df = df.iloc[order].reset_index(drop=True)
-    return validate_trace(df, origin)
+        t = t.rows(order)
+    return checked(t, origin)
+
+
+def _as_cells(values: Any) -> np.ndarray:
+    """A sequence as a column: numbers as numpy makes them, anything else as objects."""
+    values = list(values)
+    try:
+        arr = np.asarray(values)
+    except ValueError:  # ragged (tuples of block ids)
+        arr = None
+    if arr is not None and arr.dtype.kind in "iufb" and arr.ndim == 1:
+        return arr
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
 
 
 def _first_bad(mask: np.ndarray) -> int | None:
@@ -89,7 +195,7 @@ def _row_error(origin: str, row: int, column: str, expected: str, value: Any) ->
     return TraceError(f"{origin} row {row}: {column}: expected {expected}, got {show(value)}")
 
 
-def _checked(df: pd.DataFrame, column: str, origin: str, **rule: Any) -> np.ndarray:
+def _checked(df: Trace, column: str, origin: str, **rule: Any) -> np.ndarray:
     """``df[column]`` by the shared number rule (``specsim.values.column``)."""
     try:
         return values.column(df[column], **rule)
@@ -97,24 +203,30 @@ def _checked(df: pd.DataFrame, column: str, origin: str, **rule: Any) -> np.ndar
         raise TraceError(f"{origin} row {exc.row}: {column}: {exc}") from None
 
 
-def _as_int_column(df: pd.DataFrame, column: str, origin: str, minimum: int | None) -> np.ndarray:
+def _as_int_column(df: Trace, column: str, origin: str, minimum: int | None) -> np.ndarray:
     raw = df[column]
-    if pd.api.types.is_integer_dtype(raw.dtype) and not pd.api.types.is_bool_dtype(raw.dtype):
-        ints = raw.to_numpy(dtype=np.int64)
+    if raw.dtype.kind in "iu":
+        ints = raw.astype(np.int64)
         if minimum is None or not (ints < minimum).any():
             return ints
     return _checked(df, column, origin, integer=True, lo=minimum).astype(np.int64)
 
 
-def _as_str_column(df: pd.DataFrame, column: str, origin: str) -> np.ndarray:
+def _as_str_column(df: Trace, column: str, origin: str) -> np.ndarray:
     col = df[column]
-    if col.isna().any():
-        col = col.fillna(_DEFAULTS[column])
-    values = col.astype(str).to_numpy(dtype=object)
+    default = _DEFAULTS[column]
+    values = np.empty(len(col), dtype=object)
+    values[:] = [default if _missing(v) else v if type(v) is str else str(v) for v in col]
     row = _first_bad(values == "")
     if row is not None:
         raise _row_error(origin, row, column, "a non-empty name", "")
     return values
+
+
+def _missing(v: Any) -> bool:
+    """A cell pandas' ``isna`` calls missing: None, NaN, NA, NaT."""
+    return v is None or (isinstance(v, float) and v != v) or type(v).__name__ in (
+        "NAType", "NaTType")
 
 
 def _as_block_tuple(value: Any) -> tuple[int, ...] | None:
@@ -127,8 +239,8 @@ def _as_block_tuple(value: Any) -> tuple[int, ...] | None:
     return None
 
 
-def _as_blocks_column(df: pd.DataFrame, origin: str) -> np.ndarray:
-    values = df["prefix_block_ids"].to_numpy(dtype=object)
+def _as_blocks_column(df: Trace, origin: str) -> np.ndarray:
+    values = df["prefix_block_ids"]
     out = np.empty(len(values), dtype=object)
     for i, value in enumerate(values):
         blocks = _as_block_tuple(value)
@@ -138,13 +250,20 @@ def _as_blocks_column(df: pd.DataFrame, origin: str) -> np.ndarray:
     return out
 
 
-def validate_trace(df: pd.DataFrame, origin: str) -> pd.DataFrame:
-    """Check ``df`` against the schema and return it with canonical columns and dtypes.
+def validate_trace(df: pd.DataFrame | Trace, origin: str) -> pd.DataFrame:
+    """``checked``'s trace as a DataFrame."""
+    return checked(df, origin).frame()
+
+
+def checked(df: pd.DataFrame | Trace, origin: str) -> Trace:
+    """Check a trace (a ``Trace`` or a DataFrame) against the schema and return it with
+    canonical columns and dtypes.
 
     Missing optional columns get their defaults, ``request_id`` is renumbered 0..N-1
     in arrival order, and columns outside the schema are dropped. Problems raise
     TraceError naming ``origin`` and the 0-based row.
     """
+    df = as_trace(df)
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise TraceError(
@@ -152,7 +271,7 @@ def validate_trace(df: pd.DataFrame, origin: str) -> pd.DataFrame:
         )
     n = len(df)
     if n == 0:
-        return empty_trace()
+        return _empty_columns()
 
     arrival = _checked(df, "arrival_s", origin, lo=0, hi=MAX_ARRIVAL_S)
     row = _first_bad(np.diff(arrival) < 0)
@@ -185,9 +304,7 @@ def validate_trace(df: pd.DataFrame, origin: str) -> pd.DataFrame:
     else:
         out["temperature"] = np.full(n, DEFAULT_TEMPERATURE)
 
-    result = pd.DataFrame(out, columns=list(COLUMNS))
-    result.attrs.update(df.attrs)
-    return result
+    return Trace({c: out[c] for c in COLUMNS}, df.attrs)
 
 
 def _empty_tuples(n: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Synthetic workloads: an arrival process, length distributions, optional sessions.
 
 Generation is vectorised (100k requests take a few tens of milliseconds) and
-deterministic: the same section and seed give the same DataFrame.
+deterministic: the same section and seed give the same trace.
 """
 
 from __future__ import annotations
@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from specsim.traces.arrivals import Arrivals, parse_arrivals
 from specsim.traces.distributions import Distribution, parse_distribution
 from specsim.traces.errors import TraceError
 from specsim.traces.prefixes import prefix_blocks
-from specsim.traces.schema import BLOCK_TOKENS, make_trace
+from specsim.traces.schema import BLOCK_TOKENS, Trace, trace_from
 from specsim.traces.seeding import stream
 from specsim.traces.spec import Section
 
@@ -89,7 +88,7 @@ def generate(
     qps: float | None = None,
     origin: str = "workload.synthetic",
     limit: int | None = None,
-) -> pd.DataFrame:
+) -> Trace:
     """Draw the trace; ``qps`` rescales the arrival rates so requests/s average ``qps``.
 
     ``limit`` (``workload.max_requests`` when nothing before it drops requests) keeps the
@@ -233,7 +232,7 @@ def _check_blocks(prompt: np.ndarray, path: str) -> None:
 
 def _single_turn(
     spec: SyntheticSpec, arrivals: Arrivals, seed: int, origin: str, limit: int | None
-) -> pd.DataFrame:
+) -> Trace:
     if spec.duration_s is None:
         times = _times(arrivals, seed, _capped(spec.requests, limit))
     elif spec.requests is None:
@@ -247,7 +246,7 @@ def _single_turn(
     if spec.shared_prefix_tokens:
         _check_blocks(prompt, "workload.synthetic.prompt_tokens")
         blocks = prefix_blocks(prompt, np.full(n, -1), spec.shared_prefix_tokens)
-    return make_trace(times, prompt, output, origin, prefix_block_ids=blocks)
+    return trace_from(times, prompt, output, origin, prefix_block_ids=blocks)
 
 
 def _grouped_cumsum(values: np.ndarray, starts: np.ndarray, group: np.ndarray) -> np.ndarray:
@@ -316,7 +315,7 @@ def _multi_turn(
     turns_mean: float,
     origin: str,
     limit: int | None = None,
-) -> pd.DataFrame:
+) -> Trace:
     if spec.duration_s is not None:
         # With a limit, the first `limit` sessions hold the first `limit` requests.
         starts = _times(arrivals, seed, None, spec.duration_s, limit)
@@ -347,4 +346,4 @@ def _multi_turn(
         cols.pop("prompt_tokens"),
         cols.pop("output_tokens"),
     )
-    return make_trace(arrival, prompt, output, origin, **cols)
+    return trace_from(arrival, prompt, output, origin, **cols)

@@ -1,52 +1,53 @@
 """Trace transformations a scenario applies: window, speed, sampling, limits, context
-capping, workload classes and per-request defaults. Each takes and returns a trace."""
+capping, workload classes and per-request defaults. Each takes and returns a trace
+(``schema.Trace``: numpy columns)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from specsim.traces.errors import TraceError, show
-from specsim.traces.schema import BLOCK_TOKENS, validate_trace
+from specsim.traces.schema import BLOCK_TOKENS, Trace, checked
 
 CONTEXT_POLICIES = ("truncate", "drop", "error")
 
 
-def mean_rate(df: pd.DataFrame) -> float:
-    """Requests per second as 1 / mean inter-arrival gap (0 when undefined)."""
+def mean_rate(df: Trace | Any) -> float:
+    """Requests per second as 1 / mean inter-arrival gap (0 when undefined); a trace or its
+    DataFrame (``trace stats`` and ``trace fit`` read the latter)."""
     if len(df) < 2:
         return 0.0
-    span = float(df["arrival_s"].iloc[-1] - df["arrival_s"].iloc[0])
+    t = np.asarray(df["arrival_s"])
+    span = float(t[-1] - t[0])
     return (len(df) - 1) / span if span > 0 else 0.0
 
 
-def _rows(df: pd.DataFrame, mask: np.ndarray) -> pd.DataFrame:
-    return df.loc[mask].reset_index(drop=True)
 
 
-def window(df: pd.DataFrame, start_s: float, end_s: float | None) -> pd.DataFrame:
+def window(df: Trace, start_s: float, end_s: float | None) -> Trace:
     """Keep arrivals in ``[start_s, end_s)`` and move ``start_s`` to time 0."""
-    t = df["arrival_s"].to_numpy()
+    t = df["arrival_s"]
     mask = t >= start_s
     if end_s is not None:
         mask &= t < end_s
-    out = _rows(df, mask)
+    out = df.rows(mask)
     out["arrival_s"] = out["arrival_s"] - start_s
     return out
 
 
-def scale_time(df: pd.DataFrame, speedup: float) -> pd.DataFrame:
+def scale_time(df: Trace, speedup: float) -> Trace:
     """Replay ``speedup`` times faster (every gap divided by ``speedup``)."""
     out = df.copy()
     out["arrival_s"] = out["arrival_s"] / speedup
     return out
 
 
-def _units(df: pd.DataFrame) -> np.ndarray:
+def _units(df: Trace) -> np.ndarray:
     """Sampling/class unit per request: its session, or itself when it has none."""
-    session = df["session_id"].to_numpy()
+    session = df["session_id"]
     unit = session.copy()
     lone = session < 0
     unit[lone] = session.max(initial=-1) + 1 + np.arange(int(lone.sum()))
@@ -54,8 +55,8 @@ def _units(df: pd.DataFrame) -> np.ndarray:
 
 
 def sample(
-    df: pd.DataFrame, rng: np.random.Generator, fraction: float | None, n: int | None
-) -> pd.DataFrame:
+    df: Trace, rng: np.random.Generator, fraction: float | None, n: int | None
+) -> Trace:
     """Keep a random share of sessions (or requests, when sessionless), times unchanged.
 
     Thinning keeps the time span, so the rate drops with the share; whole sessions are
@@ -67,25 +68,25 @@ def sample(
     k = min(count, n) if n is not None else int(np.floor(count * float(fraction or 0.0) + 0.5))
     chosen = np.zeros(count, dtype=bool)
     chosen[rng.choice(count, size=k, replace=False)] = True
-    return _rows(df, chosen[inverse])
+    return df.rows(chosen[inverse])
 
 
-def limit(df: pd.DataFrame, max_requests: int) -> pd.DataFrame:
+def limit(df: Trace, max_requests: int) -> Trace:
     """The first ``max_requests`` requests in arrival order."""
-    return df.iloc[:max_requests].reset_index(drop=True)
+    return df.rows(slice(0, max_requests))
 
 
 def cap_context(
-    df: pd.DataFrame, max_context: int, policy: str, path: str
-) -> tuple[pd.DataFrame, int]:
+    df: Trace, max_context: int, policy: str, path: str
+) -> tuple[Trace, int]:
     """Make prompt + output fit ``max_context``; returns the trace and how many were over.
 
     ``truncate`` shortens the output to at most max_context - 1, then keeps the head of
     the prompt (its prefix blocks stay valid; a cut block gets a fresh id). ``drop``
     removes those requests; ``error`` refuses the workload.
     """
-    prompt = df["prompt_tokens"].to_numpy()
-    output = df["output_tokens"].to_numpy()
+    prompt = df["prompt_tokens"]
+    output = df["output_tokens"]
     over = prompt + output > max_context
     count = int(over.sum())
     if not count:
@@ -98,13 +99,13 @@ def cap_context(
             "set workload.context_overflow: truncate or drop"
         )
     if policy == "drop":
-        return _rows(df, ~over), count
+        return df.rows(~over), count
     new_output = np.where(over, np.minimum(output, max_context - 1), output)
     new_prompt = np.where(over, np.minimum(prompt, max_context - new_output), prompt)
     out = df.copy()
     out["prompt_tokens"] = new_prompt
     out["output_tokens"] = new_output
-    blocks = out["prefix_block_ids"].to_numpy(dtype=object).copy()
+    blocks = out["prefix_block_ids"].copy()
     fresh = 1 + max((max(b) for b in blocks if b), default=-1)
     for i in np.flatnonzero(over & (new_prompt < prompt)):
         ids = blocks[i]
@@ -120,14 +121,14 @@ def cap_context(
     return out, count
 
 
-def fixed_class(df: pd.DataFrame, name: str) -> pd.DataFrame:
+def fixed_class(df: Trace, name: str) -> Trace:
     """Every request gets workload class ``name``."""
     out = df.copy()
     out["workload_class"] = name
     return out
 
 
-def class_mix(df: pd.DataFrame, mix: Mapping[str, float], rng: np.random.Generator) -> pd.DataFrame:
+def class_mix(df: Trace, mix: Mapping[str, float], rng: np.random.Generator) -> Trace:
     """Draw a class per session (or request) with the given weights."""
     names = list(mix)
     weights = np.asarray([mix[k] for k in names], dtype=np.float64)
@@ -143,38 +144,44 @@ def class_mix(df: pd.DataFrame, mix: Mapping[str, float], rng: np.random.Generat
 
 
 def class_from_column(
-    df: pd.DataFrame, column: str, mapping: Mapping[str, str] | None, path: str
-) -> pd.DataFrame:
+    df: Trace, column: str, mapping: Mapping[str, str] | None, path: str
+) -> Trace:
     """Take the class from a source column, optionally renamed through ``mapping``."""
-    values = df[column].astype(str).str.strip()
+    values = [str(v).strip() for v in df[column]]
     if mapping:
-        unknown = sorted(set(values.unique()) - set(mapping))
+        unknown = sorted(set(values) - set(mapping))
         if unknown:
             raise TraceError(
                 f"{path}: value {show(unknown[0])} of column {show(column)} is not in class_map "
                 f"(it maps {', '.join(sorted(mapping))})"
             )
-        values = values.map(mapping)
+        values = [mapping[v] for v in values]
     out = df.copy()
-    out["workload_class"] = values.replace("", "default").to_numpy(dtype=object)
+    named = np.empty(len(values), dtype=object)
+    named[:] = [v if v != "" else "default" for v in values]
+    out["workload_class"] = named
     return out
 
 
 def fill_defaults(
-    df: pd.DataFrame, temperature: float | None, slo_tier: str | dict[str, str] | None,
+    df: Trace, temperature: float | None, slo_tier: str | dict[str, str] | None,
     origin: str
-) -> pd.DataFrame:
+) -> Trace:
     """Set missing (NaN) temperatures and, when given, every request's SLO tier (one name,
     or per workload class: a mapping that must name every class of the workload)."""
     out = df.copy()
     if temperature is not None:
-        out["temperature"] = out["temperature"].fillna(temperature)
+        temp = out["temperature"]
+        out["temperature"] = np.where(np.isnan(temp), temperature, temp)
     if isinstance(slo_tier, dict):
-        missing = sorted(set(out["workload_class"].astype(str)) - set(slo_tier))
+        classes = [str(c) for c in out["workload_class"]]
+        missing = sorted(set(classes) - set(slo_tier))
         if missing:
             raise TraceError(f"workload.slo_tier: no tier for workload class "
                              f"{show(missing[0])} (it maps {', '.join(sorted(slo_tier))})")
-        out["slo_tier"] = out["workload_class"].astype(str).map(slo_tier).to_numpy(object)
+        tiers = np.empty(len(classes), dtype=object)
+        tiers[:] = [slo_tier[c] for c in classes]
+        out["slo_tier"] = tiers
     elif slo_tier is not None:
         out["slo_tier"] = slo_tier
-    return validate_trace(out, origin)
+    return checked(out, origin)

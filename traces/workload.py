@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from specsim.traces import transforms as tf
 from specsim.traces.closed_loop import ClosedLoopSpec, parse_closed_loop
 from specsim.traces.errors import TraceError, show
-from specsim.traces.loaders import FORMATS, load_trace
+from specsim.traces.loaders import FORMATS, read_trace
+from specsim.traces.schema import Trace
 from specsim.traces.seeding import stream
 from specsim.traces.spec import Section, is_finite, is_real
 from specsim.traces.synthetic import SyntheticSpec, generate, parse_synthetic
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 TRANSFORM_KEYS = (
     "start_s",
@@ -200,11 +202,11 @@ def parse_workload(section: dict[str, Any], base_dir: Path, seed: int) -> Worklo
     return plan
 
 
-def _produce(plan: WorkloadPlan, log: list[str]) -> pd.DataFrame:
+def _produce(plan: WorkloadPlan, log: list[str]) -> Trace:
     if plan.kind == "trace":
         assert plan.trace_path is not None
         keep = [plan.class_column] if plan.class_column else []
-        df = load_trace(
+        df = read_trace(
             plan.trace_path,
             plan.trace_format,
             keep_failed=plan.keep_failed,
@@ -234,12 +236,19 @@ def _produce(plan: WorkloadPlan, log: list[str]) -> pd.DataFrame:
 def build_workload(
     section: dict[str, Any], base_dir: Path, seed: int, max_context: int | None = None
 ) -> pd.DataFrame:
+    """``workload_trace``'s trace as a DataFrame."""
+    return workload_trace(section, base_dir, seed, max_context).frame()
+
+
+def workload_trace(
+    section: dict[str, Any], base_dir: Path, seed: int, max_context: int | None = None
+) -> Trace:
     """The trace for a scenario's ``workload:`` mapping (already YAML-parsed).
 
     Paths are relative to ``base_dir`` (the scenario's folder). ``max_context`` is the
     model's context length; ``workload.max_context`` may lower it. ``df.attrs`` holds
     ``workload_log`` (one line per step), ``capped_requests``, ``dropped_requests``,
-    ``failed_requests`` and ``seed``. Same section and seed give an identical DataFrame.
+    ``failed_requests`` and ``seed``. Same section and seed give an identical trace.
     """
     plan = parse_workload(section, base_dir, seed)
     log: list[str] = []

@@ -13,10 +13,11 @@ from specsim.simulator.api import (
     in_file,
     load_scenario,
     run_scenario,
+    trace_for,
 )
 from specsim.simulator.cluster.deployment import ASSUMED_TIER_GB_S, Deployment
 from specsim.simulator.cluster.simulation import Simulation, workload_key
 
 __all__ = ["ASSUMED_TIER_GB_S", "USER_ERRORS", "Deployment", "Result", "Simulation",
            "build_trace", "finite_or_none", "in_file", "load_scenario", "run_scenario",
-           "workload_key"]
+           "trace_for", "workload_key"]

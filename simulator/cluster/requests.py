@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from specsim.simulator.metrics import collector as metrics
+from specsim.traces.schema import Trace
 
 PENDING, QUEUED, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
 STATUS_NAMES = {PENDING: "pending", QUEUED: "queued", RUNNING: "running", DONE: "completed",
@@ -19,16 +20,16 @@ STATUS_NAMES = {PENDING: "pending", QUEUED: "queued", RUNNING: "running", DONE: 
 class RequestTable:
     """Per-request inputs (from the trace) and state (filled in as the run goes)."""
 
-    def __init__(self, trace: pd.DataFrame) -> None:
+    def __init__(self, trace: Trace) -> None:
         n = len(trace)
         self.n = n
-        self.request_id = trace["request_id"].to_numpy(np.int64)
-        self.arrival = trace["arrival_s"].to_numpy(np.float64, copy=True)
-        self.prompt = trace["prompt_tokens"].to_numpy(np.int64)
-        self.output = trace["output_tokens"].to_numpy(np.int64)
+        self.request_id = np.asarray(trace["request_id"], np.int64)
+        self.arrival = np.array(trace["arrival_s"], np.float64)  # a copy: closed loops write it
+        self.prompt = np.asarray(trace["prompt_tokens"], np.int64)
+        self.output = np.asarray(trace["output_tokens"], np.int64)
         self.workload_class = _text_column(trace["workload_class"])
-        self.temperature = (trace["temperature"].to_numpy(np.float64) if "temperature" in trace
-                            else np.zeros(n))
+        self.temperature = (np.asarray(trace["temperature"], np.float64)
+                            if "temperature" in trace else np.zeros(n))
         self.session_id = _column(trace, "session_id", -1, np.int64)
         self.turn = _column(trace, "turn", 0, np.int64)
         self.slo_tier = (_text_column(trace["slo_tier"]) if "slo_tier" in trace
@@ -118,16 +119,23 @@ class RequestTable:
         })
 
 
-def _text_column(column: pd.Series) -> np.ndarray:
+def _text_column(column: np.ndarray) -> np.ndarray:
     """A text column as an object array whose rows share one string per distinct value (a
     per-row copy of "chat" costs a million-request run ~60 MB per column)."""
-    codes, uniques = pd.factorize(column.astype(str), use_na_sentinel=False)
-    return np.asarray(list(uniques), dtype=object)[codes] if len(codes) else \
-        np.empty(0, dtype=object)
+    shared: dict[str, str] = {}
+    out = np.empty(len(column), dtype=object)
+    out[:] = [shared.setdefault(v, v) for v in map(str, column)]
+    return out
 
 
-def _column(trace: pd.DataFrame, name: str, default, dtype) -> np.ndarray:
-    """A numeric trace column, or the schema default where the trace has none."""
-    if name in trace:
-        return trace[name].fillna(default).to_numpy(dtype)
-    return np.full(len(trace), default, dtype)
+def _column(trace: Trace, name: str, default, dtype) -> np.ndarray:
+    """A numeric trace column (missing cells: ``default``), or ``default`` throughout where
+    the trace has none."""
+    if name not in trace:
+        return np.full(len(trace), default, dtype)
+    col = trace[name]
+    if col.dtype.kind == "f":
+        col = np.where(np.isnan(col), default, col)
+    elif col.dtype == object:
+        col = np.array([default if v is None or v != v else v for v in col])
+    return np.asarray(col, dtype)

@@ -30,6 +30,7 @@ from specsim.simulator.kv import prefix_cache as pc
 from specsim.simulator.metrics.collector import Metrics, deliver
 from specsim.simulator.routing.routers import RequestFeatures, make_router
 from specsim.simulator.scenario.schema import Scenario
+from specsim.traces.schema import Trace, as_trace
 
 
 def workload_key(sc: Scenario) -> str:
@@ -46,8 +47,9 @@ def workload_key(sc: Scenario) -> str:
 class Simulation:
     """One run of one scenario: SimPy environment, the fleet's workers, arrival process."""
 
-    def __init__(self, sc: Scenario, trace: pd.DataFrame, base_dir: Path,
+    def __init__(self, sc: Scenario, trace: Trace | pd.DataFrame, base_dir: Path,
                  progress: Any = None, fleet: Fleet | None = None) -> None:
+        trace = as_trace(trace)  # numpy columns (a DataFrame from the API: its columns)
         self.sc = sc
         self.fleet = fleet if fleet is not None else deploy(sc, base_dir)
         d = self.fleet.deployment  # the pool that decodes: how requests are drawn
@@ -134,7 +136,7 @@ class Simulation:
     def drafter(self) -> Any:
         return self.fleet.deployment.drafter
 
-    def _context_notes(self, trace: pd.DataFrame) -> None:
+    def _context_notes(self, trace: Trace) -> None:
         """Requests the workload cut or dropped to fit the context (``build_workload`` attrs;
         a trace passed in directly has none: 0)."""
         attrs = getattr(trace, "attrs", None) or {}

@@ -165,16 +165,16 @@ def _validate_one(scenario: Any, overrides: dict[str, Any]) -> tuple[dict[str, A
     from specsim import limits
     from specsim.simulator.cluster.build import deploy
     from specsim.simulator.cluster.engine import (
-        build_trace,
         in_file,
         load_scenario,
+        trace_for,
         workload_key,
     )
 
     sc, base, origin = load_scenario(scenario, overrides)
     with in_file(origin):
         deployment = deploy(sc, base)  # every pool
-        trace = build_trace(sc, base, deployment.model.max_context)
+        trace = trace_for(sc, base, deployment.model.max_context)
         limits.check_requests(len(trace), workload_key(sc), record_iterations=False)
     return sc, len(trace)
 

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from specsim.traces.formats.common import assemble, read_csv_columns
 from specsim.traces.reading import column_ints, column_times_ns
+from specsim.traces.schema import Trace
 
 NAME = "azure"
 REQUIRED = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -31,7 +31,7 @@ def load(
     keep_failed: bool = False,
     sort: bool = False,
     keep_columns: Sequence[str] = (),
-) -> pd.DataFrame:
+) -> Trace:
     """Read an Azure trace; arrival 0 is the first request's timestamp."""
     lines, cols, extras = read_csv_columns(path, origin, NAME, REQUIRED, {
         "arrival": (lambda c, ln: column_times_ns(c, ln, "TIMESTAMP", origin), np.int64),

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from specsim.traces.formats.common import assemble, read_csv_columns
-from specsim.traces.reading import column_floats, column_ints
+from specsim.traces.reading import Chunk, column_floats, column_ints
+from specsim.traces.schema import Trace
 
 NAME = "burstgpt"
 REQUIRED = ("Timestamp", "Request tokens", "Response tokens")
@@ -28,6 +28,8 @@ def matches(header: Sequence[str]) -> bool:
 
 def _turns(session_codes: np.ndarray) -> np.ndarray:
     """0, 1, 2, ... within each session, in arrival order; -1 sessions get turn 0."""
+    import pandas as pd  # BurstGPT's sessions only
+
     turns = pd.Series(session_codes).groupby(session_codes).cumcount().to_numpy(np.int64, copy=True)
     turns[session_codes < 0] = 0
     return turns
@@ -40,15 +42,16 @@ def load(
     keep_failed: bool = False,
     sort: bool = False,
     keep_columns: Sequence[str] = (),
-) -> pd.DataFrame:
+) -> Trace:
     """Read a BurstGPT CSV; failed requests are dropped unless ``keep_failed``."""
-    def failed(chunk: pd.DataFrame, _lines: np.ndarray) -> np.ndarray | None:
-        if "Log Type" not in chunk.columns:
+    def failed(chunk: Chunk, _lines: np.ndarray) -> np.ndarray | None:
+        if "Log Type" not in chunk:
             return None
-        return chunk["Log Type"].str.lower().str.contains("fail").to_numpy(dtype=bool)
+        return np.fromiter(("fail" in v.lower() for v in chunk["Log Type"]), bool,
+                           len(chunk["Log Type"]))
 
-    def sessions(chunk: pd.DataFrame, _lines: np.ndarray) -> np.ndarray | None:
-        return chunk["Session ID"].to_numpy(dtype=object) if "Session ID" in chunk else None
+    def sessions(chunk: Chunk, _lines: np.ndarray) -> np.ndarray | None:
+        return chunk["Session ID"] if "Session ID" in chunk else None
 
     lines, cols, extras = read_csv_columns(path, origin, NAME, REQUIRED, {
         "arrival": (lambda c, ln: column_floats(c, ln, "Timestamp", origin),
@@ -62,11 +65,13 @@ def load(
     ids = cols["sessions"]
     if ids is not None:
         ids = np.where(ids == "", None, ids)
+        import pandas as pd
+
         codes, _ = pd.factorize(ids, use_na_sentinel=True)
         columns["session_id"] = codes.astype(np.int64)
     df = assemble(origin, lines, cols["arrival"], cols["prompt"], cols["output"],
                   failed=cols["failed"], keep_failed=keep_failed, sort=sort,
                   time_column="Timestamp", columns=columns, extras=extras)
     if ids is not None:
-        df["turn"] = _turns(df["session_id"].to_numpy())
+        df["turn"] = _turns(df["session_id"])
     return df

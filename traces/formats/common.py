@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from specsim.traces.errors import at_line, show
-from specsim.traces.reading import check_sorted, iter_csv_chunks
-from specsim.traces.schema import make_trace
+from specsim.traces.reading import Chunk, check_sorted, iter_csv_chunks
+from specsim.traces.schema import Trace, trace_from
 
 
 def concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
@@ -19,7 +18,7 @@ def concat(parts: list[np.ndarray], dtype: Any) -> np.ndarray:
     return np.concatenate(parts) if parts else np.empty(0, dtype=dtype)
 
 
-ColumnParser = Callable[[pd.DataFrame, np.ndarray], "np.ndarray | None"]
+ColumnParser = Callable[[Chunk, np.ndarray], "np.ndarray | None"]
 
 
 def read_csv_columns(
@@ -48,7 +47,7 @@ def read_csv_columns(
             if value is not None:
                 parts[name].append(value)
         for c in keep_columns:
-            extras[c].append(chunk[c].to_numpy(dtype=object))
+            extras[c].append(chunk[c])
     # iter_csv_chunks rejects empty and header-only files, so required columns have data
     columns = {name: concat(parts[name], dtype) if parts[name] else None
                for name, (_parse, dtype) in parsers.items()}
@@ -69,8 +68,8 @@ def assemble(
     time_column: str = "timestamp",
     columns: dict[str, Any] | None = None,
     extras: dict[str, np.ndarray] | None = None,
-) -> pd.DataFrame:
-    """Build the schema DataFrame from parsed arrays.
+) -> Trace:
+    """Build the schema's trace from parsed arrays.
 
     A request with zero output tokens (or flagged ``failed`` by its format) produced
     nothing: it is dropped, or with ``keep_failed`` replayed as prefill + 1 token. A
@@ -104,7 +103,7 @@ def assemble(
         extras = {k: v[order] for k, v in extras.items()}
     else:
         check_sorted(arrival_s, lines, time_column, origin)
-    df = make_trace(arrival_s, prompt, output, origin, **columns)
+    df = trace_from(arrival_s, prompt, output, origin, **columns)
     for name, values in extras.items():
         if name not in df.columns:  # a schema column (generic's own) is already parsed
             df[name] = values

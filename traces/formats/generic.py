@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from specsim.traces.errors import at_line, show
 from specsim.traces.formats.common import assemble, concat
 from specsim.traces.reading import (
+    Chunk,
     column_floats,
     column_ints,
     is_block_id,
@@ -28,7 +28,7 @@ from specsim.traces.reading import (
     json_field,
     json_number,
 )
-from specsim.traces.schema import DEFAULT_CLASS, DEFAULT_SLO_TIER, blocks_column
+from specsim.traces.schema import DEFAULT_CLASS, DEFAULT_SLO_TIER, Trace, blocks_column
 
 NAME = "generic"
 REQUIRED = ("arrival_s", "prompt_tokens", "output_tokens")
@@ -49,7 +49,7 @@ def load(
     sort: bool = False,
     keep_columns: Sequence[str] = (),
     jsonl: bool = False,
-) -> pd.DataFrame:
+) -> Trace:
     """Read a generic CSV, or JSON lines when ``jsonl``."""
     reader = _load_jsonl if jsonl else _load_csv
     return reader(path, origin, keep_failed=keep_failed, sort=sort, keep_columns=keep_columns)
@@ -72,15 +72,15 @@ def _parse_blocks(text: str, line: int, origin: str) -> tuple[int, ...]:
 
 
 def _optional_ints(
-    chunk: pd.DataFrame, lines: np.ndarray, column: str, origin: str, empty: int
+    chunk: Chunk, lines: np.ndarray, column: str, origin: str, empty: int
 ) -> np.ndarray:
-    filled = chunk[[column]].replace({column: {"": str(empty)}})
+    filled = {column: np.where(chunk[column] == "", str(empty), chunk[column])}
     return column_ints(filled, lines, column, origin, minimum=empty)
 
 
 def _load_csv(
     path: Path, origin: str, *, keep_failed: bool, sort: bool, keep_columns: Sequence[str]
-) -> pd.DataFrame:
+) -> Trace:
     parts: dict[str, list[np.ndarray]] = {}
 
     def add(name: str, values: np.ndarray) -> None:
@@ -93,12 +93,14 @@ def _load_csv(
         add("arrival_s", column_floats(chunk, lines, "arrival_s", origin))
         add("prompt_tokens", column_ints(chunk, lines, "prompt_tokens", origin))
         add("output_tokens", column_ints(chunk, lines, "output_tokens", origin))
-        if "session_id" in chunk.columns:
+        if "session_id" in chunk:
             add("session_id", _optional_ints(chunk, lines, "session_id", origin, -1))
-        if "turn" in chunk.columns:
+        if "turn" in chunk:
             add("turn", _optional_ints(chunk, lines, "turn", origin, 0))
-        if "temperature" in chunk.columns:
-            temp = chunk["temperature"].replace("", "nan")
+        if "temperature" in chunk:
+            import pandas as pd  # an optional column's own rule (blank: the scenario's)
+
+            temp = pd.Series(chunk["temperature"], dtype=object).replace("", "nan").astype(str)
             values = pd.to_numeric(temp, errors="coerce").to_numpy(
                 dtype=np.float64, na_value=np.nan
             )
@@ -109,14 +111,14 @@ def _load_csv(
                     origin,
                     int(lines[i]),
                     "temperature: expected a number >= 0 or an empty field, "
-                    f"got {show(chunk['temperature'].iloc[i])}",
+                    f"got {show(chunk['temperature'][i])}",
                 )
             add("temperature", values)
         for column, default in (("workload_class", DEFAULT_CLASS), ("slo_tier", DEFAULT_SLO_TIER)):
-            if column in chunk.columns:
-                add(column, chunk[column].replace("", default).to_numpy(dtype=object))
-        if "prefix_block_ids" in chunk.columns:
-            texts = chunk["prefix_block_ids"].to_numpy(dtype=object)
+            if column in chunk:
+                add(column, np.where(chunk[column] == "", default, chunk[column]).astype(object))
+        if "prefix_block_ids" in chunk:
+            texts = chunk["prefix_block_ids"]
             add(
                 "prefix_block_ids",
                 blocks_column(
@@ -125,7 +127,7 @@ def _load_csv(
                 ),
             )
         for c in keep_columns:
-            add("extra:" + c, chunk[c].to_numpy(dtype=object))
+            add("extra:" + c, chunk[c])
     joined = {k: concat(v, object) for k, v in parts.items()}
     return _finish(origin, joined, keep_failed, sort, keep_columns)
 
@@ -136,7 +138,7 @@ def _finish(
     keep_failed: bool,
     sort: bool,
     keep_columns: Sequence[str],
-) -> pd.DataFrame:
+) -> Trace:
     columns = {k: v for k, v in joined.items() if k in OPTIONAL}
     extras = {c: joined["extra:" + c] for c in keep_columns}
     return assemble(
@@ -155,7 +157,7 @@ def _finish(
 
 def _load_jsonl(
     path: Path, origin: str, *, keep_failed: bool, sort: bool, keep_columns: Sequence[str]
-) -> pd.DataFrame:
+) -> Trace:
     rows: dict[str, list[Any]] = {k: [] for k in ("lines", *REQUIRED, *OPTIONAL)}
     rows.update({"extra:" + c: [] for c in keep_columns})
     seen: set[str] = set()

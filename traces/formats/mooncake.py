@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from specsim.traces.formats.common import assemble
 from specsim.traces.reading import is_int_list, iter_json_lines, json_field, json_number
-from specsim.traces.schema import blocks_column
+from specsim.traces.schema import Trace, blocks_column
 
 NAME = "mooncake"
 REQUIRED = ("timestamp", "input_length", "output_length")
@@ -33,7 +32,7 @@ def load(
     keep_failed: bool = False,
     sort: bool = False,
     keep_columns: Sequence[str] = (),
-) -> pd.DataFrame:
+) -> Trace:
     """Read a Mooncake JSONL trace line by line."""
     # Compact typed buffers: a long trace never sits in memory as Python int objects.
     lines, times, prompt, output = array("q"), array("d"), array("q"), array("q")

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from specsim.traces.formats.common import assemble, read_csv_columns
 from specsim.traces.reading import column_floats, column_ints
+from specsim.traces.schema import Trace
 
 NAME = "vidur"
 REQUIRED = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
@@ -30,7 +30,7 @@ def load(
     keep_failed: bool = False,
     sort: bool = False,
     keep_columns: Sequence[str] = (),
-) -> pd.DataFrame:
+) -> Trace:
     """Read a Vidur request trace."""
     lines, cols, extras = read_csv_columns(path, origin, NAME, REQUIRED, {
         "arrival": (lambda c, ln: column_floats(c, ln, "arrived_at", origin),
