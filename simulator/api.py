@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from specsim import startup_gc
+from specsim import gc_policy
 from specsim.cost_models.errors import CatalogError
 from specsim.errors import ScenarioError
 from specsim.traces.errors import TraceError
@@ -144,7 +144,7 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
         log = open_log(sc.simulation.iteration_log, Path(stream_to))
         sim.metrics.stream_to(log, CHUNK_ROWS)
     try:
-        startup_gc.release()  # the console script's start-up ends here
+        gc_policy.release()  # the console script's start-up ends here
         t0 = time.perf_counter()
         sim.run()
         wall = time.perf_counter() - t0

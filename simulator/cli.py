@@ -677,9 +677,9 @@ def entry() -> None:
     waits for (issue 22); every output file is already closed and renamed into place, so
     nothing is lost. ``main()`` itself (tests, the API) always returns normally."""
     global _plots_later
-    from specsim import startup_gc
+    from specsim import gc_policy
 
-    startup_gc.hold()  # released when the simulation loop starts (startup_gc's docstring)
+    gc_policy.hold()  # released when the simulation loop starts (gc_policy's docstring)
     _plots_later = True
     code = main()
     if _finished_run:

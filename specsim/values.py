@@ -129,8 +129,8 @@ def _floats(cells: Any, wrong: Any) -> Any:
         cells = cells.astype(object)
     if cells.dtype != object:
         cells = cells.astype(object)
-    if not wrong.any() and len(cells) and all(type(v) is str for v in cells):
-        joined = "".join(cells)
+    joined = _joined_text(cells) if not wrong.any() else None
+    if joined is not None:
         if joined.isascii() and "_" not in joined:
             try:
                 return cells.astype(np.float64)
@@ -141,6 +141,18 @@ def _floats(cells: Any, wrong: Any) -> Any:
     return out
 
 
+def _joined_text(cells: Any) -> str | None:
+    """Every cell's text joined (None: a cell is not text, or there are none): one C call
+    that both checks "all text" and lets the caller look for what numpy reads beyond
+    pandas."""
+    if cells.dtype != object or not len(cells):
+        return None
+    try:
+        return "".join(cells)
+    except TypeError:
+        return None
+
+
 def _is_blank(cells: Any) -> Any:
     """Cells that stand for "not given": None, NaN, pandas' NA, an empty field."""
     import numpy as np
@@ -149,6 +161,8 @@ def _is_blank(cells: Any) -> Any:
         return np.isnan(cells)
     if cells.dtype != object:
         return np.zeros(len(cells), dtype=bool)
+    if _joined_text(cells) is not None:  # text only: the empty ones
+        return cells == ""
     return np.fromiter((v is None or (isinstance(v, float) and v != v)
                         or (isinstance(v, str) and v == "")
                         or type(v).__name__ in ("NAType", "NaTType") for v in cells),

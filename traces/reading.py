@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -19,7 +20,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from specsim import safe_read, values
+from specsim import gc_policy, safe_read, values
 from specsim.safe_read import is_gzip  # noqa: F401  (the traces' name for it)
 from specsim.traces.errors import TraceError, at_line, names, show
 
@@ -150,35 +151,33 @@ def _chunks(rows: Iterator[list[str]], origin: str, header_line: int, header: li
         )
     fields = len(header)
     at = [parsed.index(c) for c in wanted]
-    cells: list[list[str]] = [[] for _ in wanted]
-    lines: list[int] = []
-    for row in rows:
-        number += 1
-        if len(row) > fields:
-            raise at_line(origin, number, f"expected {fields} fields, saw {len(row)}")
-        if len(row) < fields:
-            row = row + [""] * (fields - len(row))
-        picked = [row[i] for i in at]
-        if not any(picked):
-            continue
-        lines.append(number)
-        for out, cell in zip(cells, picked, strict=True):
-            out.append(cell)
-        if len(lines) == chunk_rows:
-            yield _chunk(lines, wanted, cells)
-            cells, lines = [[] for _ in wanted], []
-    if lines:
-        yield _chunk(lines, wanted, cells)
-
-
-def _chunk(lines: list[int], wanted: list[str], cells: list[list[str]]
-           ) -> tuple[np.ndarray, Chunk]:
-    out = {}
-    for name, col in zip(wanted, cells, strict=True):
-        arr = np.empty(len(col), dtype=object)
-        arr[:] = col
-        out[name] = arr
-    return np.asarray(lines, dtype=np.int64), out
+    while True:
+        with gc_policy.paused():  # rows are lists without cycles: nothing to collect
+            batch = list(itertools.islice(rows, chunk_rows))
+        if not batch:
+            return
+        lens = np.fromiter(map(len, batch), np.int64, len(batch))
+        long = np.flatnonzero(lens > fields)
+        if long.size:
+            i = int(long[0])
+            raise at_line(origin, number + i + 1, f"expected {fields} fields, saw {lens[i]}")
+        for i in np.flatnonzero(lens < fields):  # short rows: their missing fields are empty
+            batch[i] = batch[i] + [""] * (fields - int(lens[i]))
+        with gc_policy.paused():
+            columns = list(zip(*batch, strict=True))
+        lines = np.arange(number + 1, number + 1 + len(batch), dtype=np.int64)
+        number += len(batch)
+        chunk = {}
+        for name, i in zip(wanted, at, strict=True):
+            col = np.empty(len(batch), dtype=object)
+            col[:] = columns[i]
+            chunk[name] = col
+        blank = np.logical_and.reduce([col == "" for col in chunk.values()])
+        if blank.any():
+            lines = lines[~blank]
+            chunk = {k: v[~blank] for k, v in chunk.items()}
+        if len(lines):
+            yield lines, chunk
 
 
 def _describe(value: Any) -> str:

@@ -1,6 +1,6 @@
 """The console script holds Python's cyclic collector off while a run starts and hands it
 back, with start-up's objects frozen, when the simulation loop starts
-(``specsim/startup_gc.py``); a library caller's collector is never touched."""
+(``specsim/gc_policy.py``); a library caller's collector is never touched."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specsim import startup_gc
+from specsim import gc_policy
 
 REPO = Path(__file__).resolve().parents[1]
 CHAT = REPO / "scenarios" / "chat.yaml"
@@ -64,19 +64,32 @@ def test_a_library_run_leaves_the_collector_alone(tmp_path):
 def test_hold_and_release_pair_and_release_alone_does_nothing():
     assert gc.isenabled()
     frozen = gc.get_freeze_count()
-    startup_gc.release()  # nothing held: nothing changes
+    gc_policy.release()  # nothing held: nothing changes
     assert gc.isenabled() and gc.get_freeze_count() == frozen
-    startup_gc.hold()
+    gc_policy.hold()
     try:
         assert not gc.isenabled()
     finally:
-        startup_gc.release()
+        gc_policy.release()
         gc.unfreeze()
     assert gc.isenabled()
     gc.disable()  # a caller that turned it off itself keeps it off
     try:
-        startup_gc.hold()
-        startup_gc.release()
+        gc_policy.hold()
+        gc_policy.release()
         assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_paused_restores_the_collectors_state():
+    with gc_policy.paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_policy.paused():
+            pass
+        assert not gc.isenabled()  # off before: still off
     finally:
         gc.enable()
