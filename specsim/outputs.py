@@ -38,7 +38,7 @@ import secrets
 import shutil
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -492,7 +492,10 @@ def unescape_cell(v: Any) -> Any:
 
 def escape_frame(frame: Any) -> Any:
     """The frame with every text cell escaped (``escape_cell``); the same object when no
-    cell needs it (the common case costs one pass over each text column's distinct values)."""
+    cell needs it (the common case costs one pass over each text column's distinct values).
+    ``frame`` may be a block's columns by name (numpy arrays): escaped without pandas."""
+    if isinstance(frame, Mapping):
+        return _escape_columns(frame)
     import pandas as pd
 
     changed = {}
@@ -511,6 +514,21 @@ def escape_frame(frame: Any) -> Any:
     for name, s in changed.items():
         out[name] = s
     return out
+
+
+def _escape_columns(cols: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``escape_frame`` of a block's columns: its object (text) arrays escaped, the others
+    as they are; the same mapping when no cell needs it."""
+    changed = {}
+    for name, col in cols.items():
+        if col.dtype.kind != "O":
+            continue
+        values = col.tolist()
+        if any(isinstance(v, str) and _needs_quote(v) for v in set(values)):
+            out = col.copy()
+            out[:] = [escape_cell(v) for v in values]
+            changed[name] = out
+    return {**cols, **changed} if changed else cols
 
 
 def unescape_frame(frame: Any) -> Any:

@@ -7,10 +7,14 @@ arrive together as one delivery), from a log-spaced histogram with 0.5% bin widt
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 
 from specsim.simulator.metrics.iteration_log import ITER_COLUMNS
+
+if TYPE_CHECKING:  # pragma: no cover  (the frame is the API's; the writers take columns)
+    import pandas as pd
 
 
 class LogHistogram:
@@ -157,6 +161,9 @@ class Metrics:
             block[:, len(ITER_COLUMNS) + i] = c
 
     def iterations_frame(self) -> pd.DataFrame:
+        """The log held, as a frame (``Result.iterations`` when nothing was streamed)."""
+        import pandas as pd
+
         return pd.DataFrame(self.iterations_columns())
 
     def iterations_columns(self) -> dict[str, np.ndarray]:

@@ -1,20 +1,25 @@
 """The iteration log streamed to disk in chunks, so memory stays flat at any trace length.
 
-``Metrics`` (collector.py) hands a writer each full chunk of rows as a DataFrame (the same
-frame ``iterations_frame`` builds) and the rest at the end; the file then equals the
-in-memory log (a test compares them). Parquet (pyarrow, one row group per chunk) is the
-default; CSV appends each chunk with the formatting ``specsim run`` always used, so a
-chunked CSV is byte for byte the one-shot one.
+``Metrics`` (collector.py) hands a writer each full chunk of rows as its columns by name
+(the columns ``iterations_frame`` builds its frame from) and the rest at the end; the file
+then equals the in-memory log (a test compares them). Parquet (pyarrow, one row group per
+chunk) is the default; CSV appends each chunk with the formatting ``specsim run`` always
+used, so a chunked CSV is byte for byte the one-shot one. Writing needs no pandas (a
+``specsim run`` never imports it to write its outputs); reading back does.
 
 Rules:
 1. A writer writes into the run's staging folder (report/output.py), never into ``--out``
    itself: a run killed mid-way leaves only a temporary folder that the next run removes.
 2. An empty log still has its columns (a Parquet schema, a CSV header).
 3. CSV text (the log's chunks, requests.csv) is written by ``write_csv``: the bytes of
-   ``frame.to_csv(index=False, float_format="%.9g")``, three times faster.
+   ``frame.to_csv(index=False, float_format="%.9g")``, three times faster, from a frame or
+   from its columns by name (numpy arrays: no frame built).
 4. The report reads the log back with ``read_for_report``: only the columns it plots, and
    beyond ``REPORT_ROWS`` rows every g-th iteration of each worker, so its memory stays
    bounded however long the run.
+5. Parquet is written from the columns (``pa.Table.from_arrays``, text as ``large_string``
+   as pandas' own conversion gave it) without pandas' schema metadata: ``pd.read_parquet``
+   reads back the same frame (dtypes, values, a RangeIndex).
 """
 
 from __future__ import annotations
@@ -22,12 +27,16 @@ from __future__ import annotations
 import csv
 import io
 import math
+import sys
+from collections.abc import Mapping
 from enum import IntEnum
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover  (writing needs no pandas; reading back imports it)
+    import pandas as pd
 
 #: the iteration log's columns, in order (then ``Metrics.extra``): the one table, written
 #: by name (``ITER.<name>``) by the kernel's commit (kernel_jit._commit)
@@ -46,13 +55,31 @@ REPORT_COLUMNS = ("time_s", "worker", "batch_size", "prefill_seqs", "tokens", "d
 REPORT_ROWS = 500_000
 
 
+#: a block of rows as its columns: name -> numpy array (each of the block's length), in
+#: order; what the writers take without a frame built (requests.csv, the iteration log)
+Columns = Mapping[str, np.ndarray]
+
+
+def columns_of(rows: Any) -> Columns:
+    """A block's columns by name (a frame's as numpy arrays): the writers and the report
+    read either, and a run's own blocks need no pandas."""
+    if isinstance(rows, Mapping):
+        return rows
+    return {name: rows[name].to_numpy() for name in rows.columns}
+
+
+def block_rows(cols: Columns) -> int:
+    """The rows of a block given as its columns (0 when it has none)."""
+    return len(next(iter(cols.values()), ()))
+
+
 class IterationWriter:
-    """Interface: ``write(rows)`` appends rows (a frame, or its columns by name in the log's
-    order: ``Metrics.iterations_columns``); ``close()`` finishes the file."""
+    """Interface: ``write(rows)`` appends rows (their columns by name in the log's order:
+    ``Metrics.iterations_columns``, or a frame); ``close()`` finishes the file."""
 
     path: Path
 
-    def write(self, rows: pd.DataFrame | dict[str, np.ndarray]) -> None:
+    def write(self, rows: Columns | pd.DataFrame) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -65,30 +92,34 @@ class ParquetLog(IterationWriter):
         self._writer = None
         self._schema = None
 
-    def write(self, rows: pd.DataFrame | dict[str, np.ndarray]) -> None:
+    def write(self, rows: Columns | pd.DataFrame) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if self._schema is not None and isinstance(rows, dict):
-            # later chunks straight from the columns, in the first chunk's schema (its
-            # pandas metadata included): the same Arrow arrays, so the same file, without a
-            # frame built and converted each time
-            table = pa.Table.from_arrays([pa.array(rows[f.name], type=f.type)
-                                          for f in self._schema], schema=self._schema)
-        else:
-            frame = pd.DataFrame(rows) if isinstance(rows, dict) else rows
-            table = pa.Table.from_pandas(frame, preserve_index=False, schema=self._schema)
-        if self._writer is None:
-            self._schema = table.schema
+        cols = columns_of(rows)
+        if self._schema is None:  # the first chunk's columns and types: the file's schema
+            self._schema = pa.schema([(name, _arrow_type(a)) for name, a in cols.items()])
             # dictionary pages where values repeat (counts, the policy's decision text): on
             # the float columns they cost half the write time for a few percent of size
             self._writer = pq.ParquetWriter(self.path, self._schema, use_dictionary=[
                 f.name for f in self._schema if not pa.types.is_floating(f.type)])
+        # text: a missing value (None, NaN) is null, as pandas' conversion made it
+        table = pa.Table.from_arrays([pa.array(cols[f.name], type=f.type,
+                                               from_pandas=pa.types.is_large_string(f.type))
+                                      for f in self._schema], schema=self._schema)
         self._writer.write_table(table)
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+
+
+def _arrow_type(a: np.ndarray) -> Any:
+    """A column's Arrow type: numpy's own, text (object) as ``large_string``, the type
+    ``pa.Table.from_pandas`` gave pandas' string columns (read back as the same dtype)."""
+    import pyarrow as pa
+
+    return pa.large_string() if a.dtype.kind == "O" else pa.from_numpy_dtype(a.dtype)
 
 
 class CsvLog(IterationWriter):
@@ -97,9 +128,8 @@ class CsvLog(IterationWriter):
         self._f = open(self.path, "w", newline="")  # noqa: SIM115  (closed by close())
         self._header = True
 
-    def write(self, rows: pd.DataFrame | dict[str, np.ndarray]) -> None:
-        write_csv(pd.DataFrame(rows) if isinstance(rows, dict) else rows, self._f,
-                  header=self._header)
+    def write(self, rows: Columns | pd.DataFrame) -> None:
+        write_csv(rows, self._f, header=self._header)
         self._header = False
 
     def close(self) -> None:
@@ -115,6 +145,8 @@ def open_log(fmt: str, folder: Path) -> IterationWriter:
 def read_log(folder: Path, columns: tuple[str, ...] | None = None) -> pd.DataFrame | None:
     """A run folder's iteration log, whichever format it has (None: neither file);
     ``columns``: only those of them the log has."""
+    import pandas as pd
+
     folder = Path(folder)
     if (folder / FILES["parquet"]).is_file():
         path = folder / FILES["parquet"]
@@ -137,6 +169,8 @@ def read_for_report(folder: Path, columns: tuple[str, ...] = REPORT_COLUMNS,
     so the report's memory stays bounded at any run length. ``attrs``: ``sample_every``
     (g) and ``rows`` (the log's length); a plot draws a sampled iteration as standing for
     the g iterations of its worker that it starts. None: no log in the folder."""
+    import pandas as pd
+
     folder = Path(folder)
     max_rows = REPORT_ROWS if max_rows is None else max(int(max_rows), 1)
     pq_path, csv_path = folder / FILES["parquet"], folder / FILES["csv"]
@@ -202,43 +236,50 @@ def _field(text: str) -> str:
     return buf.getvalue()[:-2]  # less the empty second field's "," and the line end
 
 
-def write_csv(frame: pd.DataFrame, f: IO[str], header: bool = True,
+def write_csv(frame: Columns | pd.DataFrame, f: IO[str], header: bool = True,
               block: int = CHUNK_ROWS) -> None:
     """``frame.to_csv(f, index=False, header=header, float_format="%.9g")``, byte for byte,
     about 3x faster: one ``%`` format per row instead of one call per value (pandas),
-    ``block`` rows at a time so the text and Python values held stay bounded. Rows with a
-    NaN are written value by value (NaN as an empty field). A column of another type than
-    numpy int, float or bool or strings, or a one-column frame, goes to pandas."""
+    ``block`` rows at a time so the text and Python values held stay bounded. ``frame``: a
+    frame, or its columns by name (numpy arrays: a run's blocks, written without pandas).
+    Rows with a NaN are written value by value (NaN as an empty field). A column of another
+    type than numpy int, float or bool or strings, or a one-column frame, goes to pandas."""
+    cols = frame
+    names = list(cols.keys()) if isinstance(cols, Mapping) else list(cols.columns)
     fmts, kinds, arrays = [], [], []
-    for name in frame.columns:
-        s = frame[name]
+    for name in names:
+        s = cols[name]
         dt = s.dtype
         if isinstance(dt, np.dtype) and dt.kind in "iufb":
             fmts.append({"f": "%.9g", "b": "%s"}.get(dt.kind, "%d"))
             kinds.append(dt.kind)
-            arrays.append(s.to_numpy())
+            arrays.append(np.asarray(s))
             continue
-        text = (_strings(s) if pd.api.types.is_object_dtype(dt) or isinstance(dt, pd.StringDtype)
-                else None)
+        text = _strings(s) if _is_text(dt) else None
         if text is None:
             break
         fmts.append("%s")
         kinds.append("s")
         arrays.append(text)
-    if len(arrays) < len(frame.columns) or len(frame.columns) < 2:
-        frame.to_csv(f, index=False, header=header, float_format="%.9g")
+    if len(arrays) < len(names) or len(names) < 2:
+        if isinstance(cols, Mapping):
+            import pandas as pd
+
+            cols = pd.DataFrame(dict(cols))
+        cols.to_csv(f, index=False, header=header, float_format="%.9g")
         return
     if header:
-        f.write(",".join(_field(str(c)) for c in frame.columns) + "\n")
+        f.write(",".join(_field(str(c)) for c in names) + "\n")
     floats = [a for a, k in zip(arrays, kinds, strict=True) if k == "f"]
     fmt = ",".join(fmts)
+    n = len(arrays[0])
 
     def one(row: tuple) -> str:  # a row with a NaN: NaN is an empty field, as in pandas
         return ",".join("" if v != v else fm % v for v, fm in zip(row, fmts, strict=True))
 
-    for lo in range(0, len(frame), block):
+    for lo in range(0, n, block):
         hi = lo + block
-        nan = np.zeros(min(hi, len(frame)) - lo, bool)
+        nan = np.zeros(min(hi, n) - lo, bool)
         for a in floats:
             nan |= np.isnan(a[lo:hi])
         rows = zip(*(a[lo:hi].tolist() if isinstance(a, np.ndarray) else a[lo:hi]
@@ -247,15 +288,25 @@ def write_csv(frame: pd.DataFrame, f: IO[str], header: bool = True,
                         for r, bad in zip(rows, nan.tolist(), strict=True)))
 
 
-def _strings(s: pd.Series) -> list[str] | None:
-    """A text column as the fields pandas writes (missing values empty); None when it
-    holds anything but strings and missing values."""
+def _is_text(dtype: Any) -> bool:
+    """A text column's dtype: numpy object, or pandas' string dtype (pandas then in use)."""
+    if isinstance(dtype, np.dtype):
+        return dtype.kind == "O"
+    import pandas as pd
+
+    return isinstance(dtype, pd.StringDtype)
+
+
+def _strings(s: Any) -> list[str] | None:
+    """A text column (an object array or a Series) as the fields pandas writes (missing
+    values empty); None when it holds anything but strings and missing values."""
     values = s.tolist()
+    na = getattr(sys.modules.get("pandas"), "NA", None)  # pd.NA only exists once imported
     text: dict = {}
     for v in set(values):
         if isinstance(v, str):
             text[v] = _field(v)
-        elif v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        elif v is None or (na is not None and v is na) or (isinstance(v, float) and v != v):
             text[v] = ""
         else:
             return None
