@@ -20,9 +20,10 @@ import numpy as np
 from specsim import gc_policy
 from specsim.cost_models.errors import CatalogError
 from specsim.errors import ScenarioError
+from specsim.simulator.metrics.iteration_log import Columns, columns_of
 from specsim.traces.errors import TraceError
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:  # pragma: no cover  (a run's outputs are written without pandas)
     import pandas as pd
 
     from specsim.simulator.cluster.simulation import RequestRows
@@ -35,11 +36,12 @@ USER_ERRORS = (ScenarioError, CatalogError, TraceError)
 class Result:
     """What a run produced: the metrics dict and the per-request / per-iteration tables.
 
-    ``requests`` (requests.csv's table) may be handed over as what builds it
-    (``simulation.RequestRows``: a slice -> that part of the table, ``n`` rows in all): it
-    is built when first read, and ``specsim run --out`` writes it a block at a time instead
+    ``requests`` (requests.csv's table) may be handed over as what builds its columns
+    (``simulation.RequestRows``: a slice -> that part of the table's columns by name,
+    ``n`` rows in all): the frame is built when first read (pandas imported then), and
+    ``specsim run --out`` writes the columns a block at a time instead
     (``requests_blocks``), so a million-request run never holds it whole (issue 22's memory
-    target)."""
+    target) and its outputs are written without pandas."""
 
     metrics: dict[str, Any]
     requests: pd.DataFrame | RequestRows
@@ -50,13 +52,16 @@ class Result:
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
         if name == "requests" and callable(value):  # built once; the builder let go
-            value = value(slice(None))
+            import pandas as pd
+
+            value = pd.DataFrame(value(slice(None)))
             object.__setattr__(self, "requests", value)
         return value
 
-    def requests_blocks(self, rows: int) -> Iterator[pd.DataFrame]:
-        """The requests table ``rows`` at a time, in order (at least one, maybe empty),
-        without building it whole where it has not been built yet."""
+    def requests_blocks(self, rows: int) -> Iterator[Columns | pd.DataFrame]:
+        """The requests table ``rows`` at a time, in order (at least one, maybe empty), as
+        columns by name without building the frame where it has not been built yet (else
+        the frame's slices)."""
         build = object.__getattribute__(self, "requests")
         if not callable(build):
             for i in range(0, max(len(build), 1), rows):
@@ -65,6 +70,14 @@ class Result:
         n = build.n
         for i in range(0, max(n, 1), rows):
             yield build(slice(i, min(i + rows, n)))
+
+    def requests_columns(self) -> Columns:
+        """The whole requests table as columns by name (numpy arrays), from the frame where
+        it is built, else from its builder without building the frame (the report)."""
+        build = object.__getattribute__(self, "requests")
+        if build is None:
+            return {}
+        return build(slice(None)) if callable(build) else columns_of(build)
 
 
 def load_scenario(source: str | Path | dict[str, Any], overrides: Any = None,

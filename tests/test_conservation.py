@@ -146,5 +146,5 @@ def test_request_table_keeps_every_trace_column():
     assert t.session_id.tolist() == [7, 7, -1, 9] and t.turn.tolist() == [0, 1, 0, 0]
     assert t.slo_tier.tolist() == ["premium", "premium", "batch", "standard"]
     assert t.temperature.tolist() == [0.0, 0.7, 1.0, 0.2]
-    frame = t.frame()
+    frame = t.columns()
     assert frame["slo_tier"].tolist()[0] == "premium" and frame["session_id"].tolist()[3] == 9

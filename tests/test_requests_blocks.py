@@ -26,10 +26,11 @@ def runs():
 
 
 def test_blocks_are_the_table_in_order_and_write_the_same_bytes(runs):
-    blocks = list(runs.requests_blocks(64))
-    assert [len(b) for b in blocks] == [64, 64, 64, 64, 44]
+    blocks = list(runs.requests_blocks(64))  # columns by name (numpy arrays): no frame
+    assert all(isinstance(c, np.ndarray) for b in blocks for c in b.values())
+    assert [len(b["request_id"]) for b in blocks] == [64, 64, 64, 64, 44]
     whole = runs.requests  # built now, from the same builder
-    assert pd.concat(blocks, ignore_index=True).equals(whole)
+    assert pd.concat([pd.DataFrame(b) for b in blocks], ignore_index=True).equals(whole)
     a, b = io.StringIO(), io.StringIO()
     write_csv(escape_frame(whole), a)
     for i, block in enumerate(runs.requests_blocks(64)):  # (now from the built table)
@@ -43,7 +44,7 @@ def test_the_table_is_built_when_first_read():
           "simulation": {"progress": False}}
     r = run_scenario(sc, trace=_trace(20))
     assert callable(object.__getattribute__(r, "requests"))  # not built by the run
-    assert sum(len(b) for b in r.requests_blocks(7)) == 20
+    assert sum(len(b["request_id"]) for b in r.requests_blocks(7)) == 20
     assert callable(object.__getattribute__(r, "requests"))  # blocks did not build it
     assert isinstance(r.requests, pd.DataFrame) and len(r.requests) == 20
     assert isinstance(object.__getattribute__(r, "requests"), pd.DataFrame)  # kept

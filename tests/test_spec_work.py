@@ -7,6 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from specsim.simulator.cluster.engine import Simulation, load_scenario
@@ -23,7 +24,7 @@ def _run(alpha: float | None = None, **over):
     sim = Simulation(scenario, tr, base)
     sim.run()
     sim.check_invariants()
-    return sim, SimpleNamespace(metrics=sim.summary(0.0), requests=sim.table.frame())
+    return sim, SimpleNamespace(metrics=sim.summary(0.0), requests=pd.DataFrame(sim.table.columns()))
 
 
 @pytest.mark.parametrize("over", [{}, {"k": 0}, {"policy": "goodput"},

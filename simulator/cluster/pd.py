@@ -304,8 +304,9 @@ class PDLink:
             "prefilled_on_decode_pool": int(self.local.sum()),
         }
 
-    def amend_frame(self, frame: Any) -> None:
-        """requests.csv: where each request was prefilled and its transfer."""
+    def amend_columns(self, frame: dict[str, np.ndarray]) -> None:
+        """requests.csv's columns (by name): where each request was prefilled and its
+        transfer."""
         start, end, ready = self.start, self.end, self.ready
         frame["pd_prefill_worker"] = self.prefill_worker
         frame["pd_prefilled_on_decode"] = self.local

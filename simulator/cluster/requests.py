@@ -15,6 +15,8 @@ from specsim.traces.schema import Trace
 PENDING, QUEUED, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
 STATUS_NAMES = {PENDING: "pending", QUEUED: "queued", RUNNING: "running", DONE: "completed",
                 REJECTED: "rejected"}
+#: status code -> its name in requests.csv, as an array indexed by the codes
+STATUS_TEXT = np.array([STATUS_NAMES[c] for c in range(len(STATUS_NAMES))], dtype=object)
 
 
 class RequestTable:
@@ -88,19 +90,20 @@ class RequestTable:
         """The prefix block ids of one request (empty when the trace has none)."""
         return self.prefix_ids[self.prefix_ptr[rid]:self.prefix_ptr[rid + 1]]
 
-    def frame(self, rows: slice = slice(None)) -> pd.DataFrame:
-        """One row per request, for requests.csv (``rows``: those requests only, so the
-        file can be written a block at a time)."""
+    def columns(self, rows: slice = slice(None)) -> dict[str, np.ndarray]:
+        """requests.csv's columns by name, one row per request (``rows``: those requests
+        only, so the file can be written a block at a time), as numpy arrays: the writer
+        needs no frame, ``Result.requests`` builds one from them."""
         out_tokens = self.generated[rows]
         first, finish, arrival = self.first_token[rows], self.finish[rows], self.arrival[rows]
         tpot = metrics.tpot(first, finish, out_tokens)
-        return pd.DataFrame({
+        return {
             "request_id": self.request_id[rows],
             "workload_class": self.workload_class[rows],
             "slo_tier": self.slo_tier[rows],
             "session_id": self.session_id[rows],
             "turn": self.turn[rows],
-            "status": pd.Series(self.status[rows]).map(STATUS_NAMES).to_numpy(),
+            "status": STATUS_TEXT[self.status[rows]],
             "worker": self.worker[rows],
             "arrival_s": arrival,
             "first_token_s": first,
@@ -116,7 +119,7 @@ class RequestTable:
             "ttft_s": first - arrival,
             "tpot_s": tpot,
             "e2e_s": finish - arrival,
-        })
+        }
 
 
 def _text_column(column: np.ndarray) -> np.ndarray:

@@ -314,17 +314,17 @@ class Simulation:
 
         return summarise(self, wall_s)
 
-    def requests_frame(self) -> pd.DataFrame:
-        """requests.csv: one row per request, with the prefix cache's and each link's
-        columns where the run has them."""
-        return requests_frame(self.table, self.kv_cache is not None, self.handoffs)
+    def requests_columns(self) -> dict[str, np.ndarray]:
+        """requests.csv's columns: one row per request, with the prefix cache's and each
+        link's columns where the run has them."""
+        return requests_columns(self.table, self.kv_cache is not None, self.handoffs)
 
-    def requests_builder(self) -> pd.DataFrame | RequestRows:
+    def requests_builder(self) -> RequestRows:
         """What builds requests.csv's rows after the run (``Result.requests``) holding the
-        request table only, not the simulation (a PD run's links: the table, built now)."""
-        if self.handoffs:
-            return self.requests_frame()
-        return RequestRows(self.table, self.kv_cache is not None)
+        request table only, not the simulation (a PD run's links: the columns, built now)."""
+        cached = self.kv_cache is not None
+        return RequestRows(self.table, cached,
+                           self.requests_columns() if self.handoffs else None)
 
     def check_invariants(self) -> None:
         """Conservation checks (also run by tests): KV blocks, tokens, request states."""
@@ -342,35 +342,39 @@ class Simulation:
             h.check(self.arrived())
 
 
-def requests_frame(t: rq.RequestTable, cached: bool, handoffs: Any,
-                   rows: slice = slice(None)) -> pd.DataFrame:
-    """requests.csv's ``rows``: the table's columns, the prefix cache's (``cached``) and
-    each link's (``handoffs``: whole tables only), the router's reason."""
-    frame = t.frame(rows)
+def requests_columns(t: rq.RequestTable, cached: bool, handoffs: Any,
+                     rows: slice = slice(None)) -> dict[str, np.ndarray]:
+    """requests.csv's ``rows`` as columns by name: the table's, the prefix cache's
+    (``cached``) and each link's (``handoffs``: whole tables only), the router's reason."""
+    cols = t.columns(rows)
     if cached:  # per request: prompt tokens found cached, transfer time
-        frame["prefix_hit_tokens"] = t.kv_hit_tokens[rows]
-        frame["kv_transfer_s"] = t.kv_xfer_s[rows]
+        cols["prefix_hit_tokens"] = t.kv_hit_tokens[rows]
+        cols["kv_transfer_s"] = t.kv_xfer_s[rows]
     for h in handoffs:  # PD: where each request was prefilled, its KV transfer
         if rows != slice(None):
             raise ValueError("a PD run's requests table is built whole")
-        h.amend_frame(frame)
-    frame["route_reason"] = t.route_reason(t.route_code[rows])  # Decision.reason
-    return frame
+        h.amend_columns(cols)
+    cols["route_reason"] = t.route_reason(t.route_code[rows])  # Decision.reason
+    return cols
 
 
 @dataclass(frozen=True)
 class RequestRows:
-    """requests.csv's rows built when read (``self(rows)`` -> those rows), holding the
-    request table only: ``Result.requests`` builds it whole once, ``specsim run --out``
-    writes it a block at a time (``Result.requests_blocks``)."""
+    """requests.csv's rows built when read (``self(rows)`` -> those rows' columns by name),
+    holding the request table only: ``Result.requests`` builds its frame whole once,
+    ``specsim run --out`` writes it a block at a time (``Result.requests_blocks``).
+    ``whole``: the columns already built (a PD run's, whose links' columns come whole)."""
 
     table: rq.RequestTable
     cached: bool
+    whole: dict[str, np.ndarray] | None = None
 
     @property
     def n(self) -> int:
         """Rows the whole table has."""
         return self.table.n
 
-    def __call__(self, rows: slice = slice(None)) -> pd.DataFrame:
-        return requests_frame(self.table, self.cached, (), rows)
+    def __call__(self, rows: slice = slice(None)) -> dict[str, np.ndarray]:
+        if self.whole is not None:
+            return {name: col[rows] for name, col in self.whole.items()}
+        return requests_columns(self.table, self.cached, (), rows)
