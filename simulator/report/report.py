@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from specsim.outputs import md_text
 from specsim.simulator.metrics.collector import slo_attainment, slo_targets
+from specsim.simulator.metrics.iteration_log import block_rows, columns_of
 from specsim.simulator.metrics.run_metrics import RunMetrics
 
 DPI = 110
@@ -86,30 +87,80 @@ def _or(x: Any, default: Any) -> Any:
     return default if x is None else x
 
 
-def _col(df: pd.DataFrame, name: str, default: float = np.nan) -> np.ndarray:
-    if name in df.columns:
-        return df[name].to_numpy()
+def _col(df: _Table, name: str, default: float = np.nan) -> np.ndarray:
+    if name in df:
+        return df[name]
     return np.full(len(df), default)
 
 
+def _text(col: np.ndarray) -> np.ndarray:
+    """A text column as an object array of str, a missing value (None, NaN) as NaN: what
+    pandas' ``astype(str)`` gave the report, without pandas."""
+    values = col.tolist()
+    if all(isinstance(v, str) for v in set(values)):
+        return np.asarray(col, dtype=object)
+    out = np.empty(len(values), dtype=object)
+    out[:] = [v if isinstance(v, str) else math.nan if v is None or v != v else str(v)
+              for v in values]
+    return out
+
+
+def _by_count(values: np.ndarray) -> list[str]:
+    """The distinct strings of ``values``, most frequent first, ties in order of first
+    appearance (pandas' ``value_counts``: a stable sort; missing values left out)."""
+    counts = Counter(v for v in values.tolist() if isinstance(v, str))
+    return [v for v, _ in sorted(counts.items(), key=lambda vc: -vc[1])]
+
+
+def _quantile(x: np.ndarray, q: float) -> float:
+    """The ``q`` quantile of the non-NaN values of ``x`` (NaN where there are none), by
+    pandas' grouped linear interpolation, bit for bit (``v + (next - v) * frac``; numpy's
+    own rounds differently above the midpoint)."""
+    x = np.sort(x[~np.isnan(x)])
+    if not x.size:
+        return math.nan
+    pos = q * (x.size - 1)
+    i, frac = int(pos), pos % 1
+    return float(x[i]) if frac == 0.0 else float(x[i] + (x[i + 1] - x[i]) * frac)
+
+
 # ---------------------------------------------------------------------------- data views
+class _Table:
+    """A table's columns by name as numpy arrays, and its rows (``len``): the requests
+    (columns built without pandas) or the iteration log (a frame, its columns, or none)."""
+
+    def __init__(self, cols: Mapping[str, np.ndarray]) -> None:
+        self.cols = cols
+        self.rows = block_rows(cols)
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.cols
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return np.asarray(self.cols[name])
+
+
 class _View:
     """The arrays the report needs, pulled out of the result once."""
 
     def __init__(self, result: Any) -> None:
         self.m = RunMetrics.from_summary(result.metrics)  # read by attribute
         self.sc: dict[str, Any] = dict(result.scenario or {})
-        req = result.requests if result.requests is not None else pd.DataFrame()
-        it = result.iterations if result.iterations is not None else pd.DataFrame()
-        self.req, self.it = req, it
+        it = result.iterations
+        req = self.req = _Table(result.requests_columns())
+        self.it = _Table(columns_of(it) if it is not None else {})
         # a long streamed log is read back sampled (iteration_log.read_for_report): every
         # it_every-th iteration of each worker, of it_rows in all
-        self.it_every = int(it.attrs.get("sample_every", 1))
-        self.it_rows = int(it.attrs.get("rows", len(it)))
-        self.status = (req["status"].astype(str).to_numpy() if "status" in req
+        attrs = getattr(it, "attrs", {})
+        self.it_every = int(attrs.get("sample_every", 1))
+        self.it_rows = int(attrs.get("rows", len(self.it)))
+        self.status = (_text(req["status"]) if "status" in req
                        else np.full(len(req), "completed", dtype=object))
         self.done = self.status == "completed"
-        self.cls = (req["workload_class"].astype(str).to_numpy() if "workload_class" in req
+        self.cls = (_text(req["workload_class"]) if "workload_class" in req
                     else np.full(len(req), "all", dtype=object))
         self.ttft = _col(req, "ttft_s").astype(np.float64)
         self.tpot = _col(req, "tpot_s").astype(np.float64)
@@ -124,15 +175,10 @@ class _View:
         self.method = spec.method or (self.sc.get("speculation") or {}).get("method", "none")
         self.k = spec.k
         self.speculates = self.method != "none" and float(self.drafted.sum()) > 0
-        # classes, most requests first
-        if len(req):
-            counts = pd.Series(self.cls).value_counts()
-            self.classes = list(counts.index)
-        else:
-            self.classes = []
+        self.classes = _by_count(self.cls)  # classes, most requests first
         # SLO verdicts per request (single-token outputs have no TPOT and pass it)
         tiers = self.slo_tiers = self.m.slo.tiers if in_metrics else slo.get("tiers")
-        targets = (slo_targets(req["slo_tier"].to_numpy(), self.slo_ttft, self.slo_tpot, tiers)
+        targets = (slo_targets(req["slo_tier"], self.slo_ttft, self.slo_tpot, tiers)
                    if tiers and "slo_tier" in req else (self.slo_ttft, self.slo_tpot))
         self.ttft_ok, self.tpot_ok, self.good = slo_attainment(
             self.done, self.ttft, self.tpot, *targets)
@@ -351,23 +397,18 @@ def _tier_table(v: _View) -> str | None:
 def _class_table(v: _View) -> str | None:
     if len(v.classes) == 0:
         return None
-    df = pd.DataFrame({"cls": v.cls, "done": v.done, "good": v.good,
-                       "ttft": np.where(v.done, v.ttft, np.nan),
-                       "tpot": np.where(v.done, v.tpot, np.nan),
-                       "acc": v.accepted, "drafted": v.drafted, "steps": v.steps})
-    g = df.groupby("cls", sort=False)
-    agg = g.agg(n=("done", "size"), done=("done", "sum"), good=("good", "sum"),
-                acc=("acc", "sum"), drafted=("drafted", "sum"), steps=("steps", "sum"))
-    q = g[["ttft", "tpot"]].quantile([0.5, 0.99]).unstack()
+    ttft, tpot = np.where(v.done, v.ttft, np.nan), np.where(v.done, v.tpot, np.nan)
     rows = []
     for c in v.classes[:MAX_CLASSES_TABLE]:
-        a = agg.loc[c]
-        tau = 1.0 + a["acc"] / a["steps"] if a["steps"] else float("nan")
-        rate = a["acc"] / a["drafted"] if a["drafted"] else float("nan")
-        rows.append([str(c), f"{int(a['n']):,}", f"{int(a['done']):,}",
-                     f"{_num(q.loc[c, ('ttft', 0.5)], 1e3)} / {_num(q.loc[c, ('ttft', 0.99)], 1e3)}",
-                     f"{_num(q.loc[c, ('tpot', 0.5)], 1e3)} / {_num(q.loc[c, ('tpot', 0.99)], 1e3)}",
-                     _pct(a["good"] / a["done"]) if a["done"] else "n/a",
+        m = v.cls == c
+        done, good = int(v.done[m].sum()), int(v.good[m].sum())
+        acc, drafted, steps = (float(x[m].sum()) for x in (v.accepted, v.drafted, v.steps))
+        tau = 1.0 + acc / steps if steps else float("nan")
+        rate = acc / drafted if drafted else float("nan")
+        rows.append([str(c), f"{int(m.sum()):,}", f"{done:,}",
+                     " / ".join(_num(_quantile(ttft[m], q), 1e3) for q in (0.5, 0.99)),
+                     " / ".join(_num(_quantile(tpot[m], q), 1e3) for q in (0.5, 0.99)),
+                     _pct(good / done) if done else "n/a",
                      _num(tau), _pct(rate) if v.method != "none" else "-"])
     tab = _md_table(["class", "requests", "completed", "TTFT p50 / p99 (ms)",
                      "TPOT p50 / p99 (ms)", "met every SLO (of completed)",
@@ -603,7 +644,7 @@ def _plot_timeline(v: _View, path: Path) -> _Outcome:
     fin = _col(req, "finish_s").astype(np.float64)
     t_end = float(m.simulated_time_s or 0.0)
     if have_it:
-        starts = it["time_s"].to_numpy(np.float64)
+        starts = it["time_s"].astype(np.float64)
         dur = v.iteration_durations()
         ends = starts + dur
         t_end = max(t_end, float(ends.max()))
@@ -656,7 +697,7 @@ def _plot_timeline(v: _View, path: Path) -> _Outcome:
     a.grid(True, alpha=0.3)
     fig.suptitle("Load over simulated time")
     if have_it:
-        workers = (it["worker"].to_numpy(np.int64) if "worker" in it
+        workers = (it["worker"].astype(np.int64) if "worker" in it
                    else np.zeros(len(it), np.int64))
         wids = np.unique(workers)
         batch = _col(it, "batch_size", 0).astype(np.float64)
