@@ -161,3 +161,25 @@ def test_a_pd_fleets_workers_are_labelled_by_pool():
         "prefill": {"worker_ids": [0, 1]}, "decode": {"worker_ids": [2, 3]}}}})
     assert [_worker_label(m, w) for w in (0, 3)] == ["worker 0 (prefill)", "worker 3 (decode)"]
     assert _worker_label(RunMetrics.from_summary({}), 1) == "worker 1"
+
+
+def test_class_order_and_quantiles_are_pandas_bit_for_bit():
+    """The class table is computed without pandas: its classes in value_counts' order (ties
+    by first appearance, missing classes left out) and its p50 / p99 by the grouped linear
+    interpolation pandas' ``groupby().quantile()`` gave, bit for bit, NaNs skipped."""
+    from specsim.simulator.report.report import _by_count, _quantile
+
+    r = np.random.default_rng(3)
+    for trial in range(200):
+        n = int(r.integers(1, 400))
+        cls = np.array([f"c{i}" for i in r.integers(0, int(r.integers(1, 40)), n)], object)
+        if trial % 3 == 0:
+            cls[r.random(n) < 0.1] = np.nan
+        assert _by_count(cls) == list(pd.Series(cls).value_counts().index)
+        x = r.gamma(2.0, 0.05, n) * 10.0 ** r.integers(-3, 3)
+        x[r.random(n) < 0.2] = np.nan
+        grouped = pd.DataFrame({"c": cls, "x": x}).groupby("c")["x"].quantile([0.5, 0.99])
+        for c in _by_count(cls):
+            for q in (0.5, 0.99):
+                want, got = grouped.loc[(c, q)], _quantile(x[cls == c], q)
+                assert got == want or (np.isnan(got) and np.isnan(want)), (c, q)
