@@ -38,25 +38,26 @@ def test_help_imports_none_of_the_heavy_libraries():
     (["run", str(CHAT), "--quiet", "--no-report", "--out", "{tmp}"], True),
 ])
 def test_validate_and_a_run_without_report_skip_plotting_and_fitting(argv, kernel, tmp_path):
-    """pandas (and the pyarrow it loads) is the trace's type, so these need it; scipy's
-    fits and Beta draws, matplotlib (report plots), dask and torch they do not; numba only a
-    run does (its kernel), never ``validate`` (numba's import checks scipy's version, which
-    loads scipy's top package, a few milliseconds, and nothing under it)."""
+    """scipy's fits and Beta draws, matplotlib (report plots), dask and torch these do not
+    need, nor pandas (the trace is numpy columns, the outputs are written from them); numba
+    only a run does (its kernel), never ``validate`` (numba's import checks scipy's version,
+    which loads scipy's top package, a few milliseconds, and nothing under it)."""
     argv = [a.replace("{tmp}", str(tmp_path / "out")) for a in argv]
     loaded = set(_loaded_after(argv))
     heavy = {"scipy.stats", "scipy.optimize", "scipy.linalg", "scipy.special", "matplotlib",
-             "dask", "torch"} | ({"scipy"} if not kernel else set())
+             "dask", "torch", "pandas"} | ({"scipy"} if not kernel else set())
     assert not loaded & heavy, sorted(loaded)
     assert ("numba" in loaded) == kernel, sorted(loaded)
 
 
 def test_a_report_without_plots_skips_matplotlib_and_report_draws_them_later(tmp_path):
-    """`--no-plots`: report.md and report.html with every table, no PNG, no matplotlib;
+    """`--no-plots`: report.md and report.html with every table, no PNG, no matplotlib and
+    no pandas (issue 22: its import was a fifth of a 1k replay);
     `specsim report DIR` then draws the plots from the folder."""
     out = tmp_path / "out"
     loaded = set(_loaded_after(["run", str(CHAT), "--quiet", "--no-plots",
                                 "--set", "workload.synthetic.requests=200", "--out", str(out)]))
-    assert "matplotlib" not in loaded, sorted(loaded)
+    assert "matplotlib" not in loaded and "pandas" not in loaded, sorted(loaded)
     text = (out / "report.md").read_text()
     assert "## Latency" in text and "## Cost and energy" in text
     assert "Not drawn (`--no-plots`)" in text and not list(out.glob("*.png"))

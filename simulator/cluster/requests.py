@@ -7,7 +7,6 @@ indices and update columns with masked/fancy-indexed array operations.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from specsim.simulator.metrics import collector as metrics
 from specsim.traces.schema import Trace

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from specsim import limits
@@ -31,6 +30,9 @@ from specsim.simulator.metrics.collector import Metrics, deliver
 from specsim.simulator.routing.routers import RequestFeatures, make_router
 from specsim.simulator.scenario.schema import Scenario
 from specsim.traces.schema import Trace, as_trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 
 def workload_key(sc: Scenario) -> str:
