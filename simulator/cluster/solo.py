@@ -20,7 +20,6 @@ from specsim.simulator.cluster.arrivals import OpenLoop
 from specsim.simulator.cluster.overload import Overloaded, OverloadWatch
 from specsim.simulator.execution import solo_jit as sj
 from specsim.simulator.execution.kernel import _quiet
-from specsim.simulator.execution.kernel_jit import LEDGER_SUMS
 from specsim.simulator.execution.numpy_order import pure
 from specsim.simulator.kv.blocks import BlockAllocator
 from specsim.simulator.metrics.iteration_log import ITER_COLUMNS
@@ -46,7 +45,7 @@ def applies(sim: Any) -> bool:
     w = sim.workers[0]
     return (w._fused is not None and type(w.scheduler) is FcfsScheduler
             and type(w.kv) is BlockAllocator and w.cache is None and not w.adaptive
-            and w.kernel._builtin_ledger(w.ledger) and w.ledger.iterations == 0
+            and w.kernel._builtin_ledger(w.ledger)
             and (sim.watch is None or type(sim.watch) is OverloadWatch)
             and len(sim.metrics.extra) == (2 if w.spec_columns else 0))
 
@@ -69,9 +68,6 @@ class SoloRun:
         self.run = np.zeros(max(int(w.scheduler.max_batch), 1), np.int64)
         self.q = np.zeros(2 * n + 1, np.int64)
         self.si[sj.QH] = self.si[sj.QT] = n  # room in front for preempted requests
-        # the ledger's sums (``Ledger.take``'s order), accumulated commit by commit from a
-        # fresh ledger's zeros (``applies``), handed over whole at the end
-        self.led = np.zeros(LEDGER_SUMS)
         self.itl = np.empty(ITL_BUFFER)
         why = sim._static_reject  # (int8: 0 routed, 1 too long, 2 too big for the KV)
         # the arrival time of the first eligible request at or after each index (the hint)
@@ -115,7 +111,7 @@ class SoloRun:
             buf = m._buf if w.record else _NO_BUF
             with _quiet(w.kernel.compiled):
                 code, *out = self.fn(
-                    si, sf, self.led, self.run, self.q, t.status, t.worker, t.route_code,
+                    si, sf, self.run, self.q, t.status, t.worker, t.route_code,
                     self.route_val, t.blocks, t.prefill_target, t.arrival, self.why,
                     self.elig_next, t.n, int(w.scheduler.max_batch),
                     -1 if sim.max_queue is None else int(sim.max_queue), int(w.kv.total),
@@ -211,7 +207,7 @@ class SoloRun:
         self._to_worker()
         if w.record:
             sim.metrics._n = int(si[sj.ROW])
-        w.ledger.take(int(si[sj.NITER]), self.led)  # 0 + each sum: the same bits
+        w.ledger.take(int(si[sj.NITER]))  # (its sums: added commit by commit, _account)
         w.spec_blocks_taken += int(si[sj.SPEC_TAKEN])
         w.spec_blocks_freed += int(si[sj.SPEC_FREED])
         w._last_dt, w._planned_steps = float(sf[sj.LAST_DT]), int(si[sj.PLANNED])

@@ -396,8 +396,8 @@ class Kernel:
         metrics.add_itl(Fo[g:g + ng])
         kv.set_held(int(held_before), int(held_after), int(peak))
         seg.done = b
-        if self._builtin_ledger(ledger):
-            ledger.take(n, Fo[2 * n:g])
+        if self._builtin_ledger(ledger):  # (_commit added the sums to ledger.sums)
+            ledger.take(n)
         else:  # a plug-in ledger accounts the steps itself; its utilisations are logged
             cu, mu = self._ledger_hook(seg, a, b, ledger)
             if record:
@@ -414,12 +414,14 @@ class Kernel:
 
     def commit_args(self, ledger) -> tuple:
         """``_commit``'s arguments that stay the same from one commit to the next: the
-        table's columns, the ledger's constants, the accepted-length histogram."""
+        table's columns, the ledger's constants and running sums (``Ledger.sums``, which
+        ``_account`` adds to; none for a plug-in ledger), the accepted-length histogram."""
         t, hist = self.t, self.accept_hist
         return (t.generated, t.accepted, t.bonus, t.drafted, t.steps, t.kv_len, t.blocks,
                 t.last_delivery, t.first_token, t.finish,
                 bool(self.executor.overlap), int(ledger.devices), float(ledger.peak_flops),
                 float(ledger.hbm_bw), getattr(ledger, "power", _NO_POWER),
+                ledger.sums if self._builtin_ledger(ledger) else _NO_SUMS,
                 hist if hist is not None else _NO_HIST, self._read(t, self.shared)[3],
                 hist is not None)
 
@@ -498,3 +500,4 @@ _NO_BUF = np.zeros((1, len(ITER_COLUMNS)))  # unrecorded: the iteration rows' st
 # a plug-in ledger without the built-in's power curve: it accounts its steps itself
 _NO_POWER = np.zeros(5)
 _NO_POWER.flags.writeable = False
+_NO_SUMS = np.zeros(0)  # a plug-in ledger's: _account adds nothing (its add accounts)

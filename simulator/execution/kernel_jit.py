@@ -785,7 +785,7 @@ def _split(dr, rs, fd, fa, fr, pt, tk):
 
 @jit
 def _account(a, n, dt, draft, verify, flops, nbytes, phase, dflops, dbytes, fd, fa, fr,
-             pf_tokens, tokens, devices, peak_flops, hbm_bw, power, Fo):
+             pf_tokens, tokens, devices, peak_flops, hbm_bw, power, Fo, sums):
     """The ledger (``ledger.Ledger``) of steps a..a+n: into Fo the compute and memory
     utilisation of each (Fo[0:n], Fo[n:2n], of peak), then LEDGER_SUMS sums (busy, draft,
     verify seconds, energy, the work split's seconds and joules, the phases' seconds,
@@ -795,7 +795,9 @@ def _account(a, n, dt, draft, verify, flops, nbytes, phase, dflops, dbytes, fd, 
     drafter's where an overlapped draft outlasts it; split between prefill and verify by
     its prompt tokens), and the rest of the step, the engine's bookkeeping, at the host
     floor (no kernel). ``fd``, ``fa``, ``fr`` (per step from 0): drafted and accepted
-    tokens and decoding rows."""
+    tokens and decoding rows. Each sum is then added to the ledger's running one
+    (``sums``: ``Ledger.sums``, the one place a ledger accumulates, whichever loop commits;
+    empty: a plug-in ledger that accounts its steps itself)."""
     e_draft = np.empty(n)
     e_rest = np.empty(n)
     ws = np.empty((4, n))
@@ -835,6 +837,8 @@ def _account(a, n, dt, draft, verify, flops, nbytes, phase, dflops, dbytes, fd, 
         Fo[o + 8 + w] = _sum(wj[w], 0, n)
     for w in range(16):
         Fo[o + 12 + w] = _sum(ps[w], 0, n)
+    for x in range(len(sums)):
+        sums[x] += Fo[o + x]
 
 
 @jit
@@ -843,13 +847,13 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
             prefill0,
             generated, accepted, bonus, drafted, tsteps, kv_len, blocks, last_delivery,
             first_token, finish,
-            overlap, devices, peak_flops, hbm_bw, power,
+            overlap, devices, peak_flops, hbm_bw, power, sums,
             hist, cls_idx, use_hist, buf, row0, record, wid, reason, start,
             chunked, pre, firsts, counted):
     """``Kernel.commit`` of steps [a, b) with ``Ledger.add``: updates the table in place and
     returns what the Python side hands on, packed (each array crossing back into Python
-    costs a microsecond or so): Fo = (cu (n), mu (n), ledger sums (LEDGER_SUMS), the ITL gaps in
-    the order ``Kernel.commit`` adds them (ng)); Io = the finished rows (nf); ng, nf; KV
+    costs a microsecond or so): Fo = (cu (n), mu (n), ledger sums (LEDGER_SUMS, already added
+    to the ledger's ``sums``), the ITL gaps in the order ``Kernel.commit`` adds them (ng)); Io = the finished rows (nf); ng, nf; KV
     blocks held before and after; the peak during. With ``record``, the iteration log's
     ITER_COLUMNS of the n steps go into ``buf`` from row ``row0``
     (``Metrics.reserve_rows``), each column by name (``ITER.<column>``).
@@ -979,7 +983,7 @@ def _commit(a, b, rows, emit, acc, k, alive, kv_add, finishing, after_rows, duri
         fr[x] = np.float64(dec)
         phase[x] = 0.0 if overlap else draft[a + x]
     _account(a, n, dt, draft, verify, flops, nbytes, phase, dflops, dbytes, fd, fa, fr,
-             pf_tokens, tokens, devices, peak_flops, hbm_bw, power, Fo)
+             pf_tokens, tokens, devices, peak_flops, hbm_bw, power, Fo, sums)
     if record:  # the iteration log's columns, by name (iteration_log.ITER_COLUMNS)
         for x in range(n):
             s = a + x

@@ -1,6 +1,7 @@
 """The ledger of one worker: busy time, the draft/verify split, energy and what the time
 and energy went to (``WORK_KINDS``). The kernel's commit accounts each stretch of steps
-(``kernel_jit._account``) and hands the sums to ``take``.
+(``kernel_jit._account``), which adds each sum to the ledger's ``sums`` in place, whichever
+loop commits (the SimPy worker's or the compiled solo loop); ``take`` counts the iterations.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ class Ledger:
 
     The running sums live in one array, ``sums``, in ``kernel_jit._account``'s order
     (``LEDGER_SUMS``: busy, draft and verify seconds, energy, WORK_KINDS' seconds and joules,
-    then per PHASES seconds, joules, FLOPs and bytes per device), so ``take`` adds a commit's
-    sums in one numpy add (each sum added as a float, in the same order as one by one: the
-    same bits) instead of 28 dict updates. ``busy_s``, ``work_s[kind]`` and the rest read
+    then per PHASES seconds, joules, FLOPs and bytes per device), so the kernel's accounting
+    (``_account``) adds a commit's sums into it, compiled, instead of 28 dict updates. ``busy_s``, ``work_s[kind]`` and the rest read
     (and write) it by name."""
 
     devices: int
@@ -70,8 +70,8 @@ class Ledger:
     def add(self, dt, draft, verify, flops, nbytes, draft_phase, dflops, dbytes, drafted,
             accepted, decode_rows, prefill_tokens, tokens) -> tuple[np.ndarray, np.ndarray]:
         """Account iterations (per-step arrays); returns their compute and memory utilisation
-        (of peak). The kernel's ``_account`` does the accounting (the kernel's commit calls
-        it directly and hands its sums to ``take``).
+        (of peak). The kernel's ``_account`` does the accounting and adds the sums to
+        ``self.sums`` (the kernel's commit calls it directly, then ``take``).
 
         Energy: each phase (``PHASES``) at its own utilisation on the accelerator's power
         curve; the draft phase and the rest of the step are split over what the step
@@ -84,14 +84,13 @@ class Ledger:
             decode_rows, prefill_tokens, tokens)]
         out = np.empty(2 * n + kj.LEDGER_SUMS)
         kj._account(0, n, *f, self.devices, float(self.peak_flops), float(self.hbm_bw),
-                    self.power, out)
-        self.take(n, out[2 * n:])
+                    self.power, out, self.sums)
+        self.take(n)
         return out[:n], out[n:2 * n]
 
-    def take(self, n: int, sums: np.ndarray) -> None:
-        """Add ``n`` iterations' sums (``kernel_jit._account``'s, in ``sums``' order)."""
+    def take(self, n: int) -> None:
+        """Count ``n`` iterations whose sums ``kernel_jit._account`` has added to ``sums``."""
         self.iterations += n
-        self.sums += sums
 
 
 class Sums(MutableMapping):

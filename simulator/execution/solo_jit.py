@@ -19,7 +19,7 @@ the results are the same bits:
    completions committed so far). An arrival at the very instant the worker resumes comes
    first when its timeout was scheduled no later than the worker's.
 4. The segment is committed at ``now + (end - now)`` (the worker's timeout), with the
-   ledger's sums, the KV pool's held blocks, the ITL gaps and the iteration log's rows
+   ledger's sums (``_commit`` adds them to the ledger's own, as for the SimPy worker), the KV pool's held blocks, the ITL gaps and the iteration log's rows
    (``Kernel.commit`` and ``Worker._commit``); finished rows leave the batch.
 
 It returns to Python (``cluster/solo.py``) when Python must act: the step's KV does not fit
@@ -133,7 +133,7 @@ def _arrive(rid, si, sf, q, status, worker_col, route_col, route_val, why, wid, 
 
 
 @jit
-def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, ptarget,
+def _run(si, sf, run, q, status, worker_col, route_col, route_val, blocks, ptarget,
          arrival, why, elig_next, n_total, max_batch, max_queue, kv_total, bs, state_blocks,
          wid,
          multi_step, chunk_ok, has_horizon, horizon, watch_on, window_s, windows, max_wait,
@@ -303,8 +303,6 @@ def _run(si, sf, led, run, q, status, worker_col, route_col, route_val, blocks, 
             return KV_ERROR, rows, S, m, Ia, Bo, Iv, F, pre0, chunking, steps
         si[KV_USED] = used
         si[KV_PEAK] = max(si[KV_PEAK], peak, used)
-        for x in range(LEDGER_SUMS):
-            led[x] += Fo[2 * m + x]
         si[NITER] += m
         si[COMMITS] += 1
         if record:
