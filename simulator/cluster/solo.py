@@ -157,17 +157,14 @@ class SoloRun:
 
     def _python_plan(self):
         """The step's KV does not fit: the Python scheduler shapes step 0 (freeing KV by
-        preemption, ``Worker.preempt``) and the kernel plans, as ``Worker.loop`` does."""
+        preemption, ``Worker.preempt``) and the kernel plans (``Worker.python_plan``, as
+        ``Worker.loop`` does)."""
         sim, w, si, sf = self.sim, self.w, self.si, self.sf
         self._to_worker()
         sim.next_rid = int(si[sj.INEXT])
         w._last_dt, w._planned_steps = float(sf[sj.LAST_DT]), int(si[sj.PLANNED])
-        shape = w.scheduler.shape(w, w.policy, w.drafter)
-        steps, through = 1, False
-        if w.multi_step and (shape.uniform or (shape.chunking and w.chunk_segments)):
-            steps, through = w._ahead(float(sf[sj.NOW]))
-        rows, pre0, chunking, S, m, Ia, Bo, Iv, F = w.kernel.plan(
-            shape, float(sf[sj.NOW]), steps, w.policy.fixed_k, packed=True)
+        (rows, pre0, chunking, S, m, Ia, Bo, Iv, F), steps, through = w.python_plan(
+            float(sf[sj.NOW]), packed=True)
         hint = w._hint if (steps > 1 and not through and w._hint is not None) else np.nan
         self._from_worker()
         seg = (np.asarray(rows, np.int64), int(S), int(m), Ia, Bo, Iv, F,

@@ -173,17 +173,7 @@ class Worker:
                     seg, multi = fused
                     through = through and multi
             if seg is None:
-                shape = self.scheduler.shape(self, self.policy, self.drafter)
-                steps, through = 1, False
-                if self.multi_step and (shape.uniform
-                                        or (shape.chunking and self.chunk_segments)):
-                    steps, through = self._ahead(env.now)
-                if self.cache is not None:  # what steps 1.. may hold: their evictions succeed
-                    self.kernel.kv_limit, self.kernel.kv_limit_kept = (
-                        self.cache.segment_limits())
-                seg = self.kernel.plan(shape, env.now, steps, self.policy.fixed_k)
-                if self.cache is not None:
-                    self._charge_transfer(seg)
+                seg, steps, through = self.python_plan(env.now)
             seg.reason = self.metrics.reason_code(self.policy.reason)
             if through:  # after the first finish a queued request may join
                 fin = np.flatnonzero(seg.finishing[:seg.m].any(axis=1))
@@ -212,6 +202,23 @@ class Worker:
             self.seg = None
             self._last_dt = float(seg.dt[seg.m - 1])
             self._planned_steps = rules.next_planned(seg.m)
+
+    def python_plan(self, now: float, packed: bool = False):
+        """The segment planned from the Python scheduler's step 0 (where no fused call runs,
+        or where it found the step's KV short: the scheduler then preempts), as both loops
+        plan it (this one and the compiled solo loop's, ``cluster/solo.py``): returns (the
+        Segment, or with ``packed`` the kernel's packed arrays, ``Kernel.plan``; only where
+        there is no prefix cache), steps, and whether they run through arrivals."""
+        shape = self.scheduler.shape(self, self.policy, self.drafter)
+        steps, through = 1, False
+        if self.multi_step and (shape.uniform or (shape.chunking and self.chunk_segments)):
+            steps, through = self._ahead(now)
+        if self.cache is not None:  # what steps 1.. may hold: their evictions succeed
+            self.kernel.kv_limit, self.kernel.kv_limit_kept = self.cache.segment_limits()
+        seg = self.kernel.plan(shape, now, steps, self.policy.fixed_k, packed=packed)
+        if self.cache is not None:
+            self._charge_transfer(seg)
+        return seg, steps, through
 
     def _ahead(self, now: float) -> tuple[int, bool]:
         """Steps to plan where step 0 allows many, and whether they run through arrivals
