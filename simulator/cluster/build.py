@@ -68,6 +68,12 @@ class Pool:
     workers: list[Worker] = field(default_factory=list)
     router: Router | None = None
 
+    @property
+    def only_worker_reason(self) -> str:
+        """requests.csv's route reason for a request sent to a pool of one worker (no router
+        is asked): the SimPy run's (``Simulation.route_in``) and the solo loop's."""
+        return f"the {self.name} pool's only worker"
+
     def too_big(self, prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
         """Requests whose KV can never fit one of this pool's workers (one block spare)."""
         d = self.deployment

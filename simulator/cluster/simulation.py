@@ -218,7 +218,8 @@ class Simulation:
             why[np.logical_and.reduce(decode)] = 2
         why[t.prompt + t.output > fleet.model.max_context] = 1
         self._static_reject = why
-        self._eligible = np.flatnonzero(why == 0)  # requests that will be routed
+        self._eligible = np.flatnonzero(why == 0)  # requests that will be routed (the
+        # arrival hint's, here and in the solo loop, cluster/solo.py)
 
     def next_arrival_hint(self, wid: int) -> float | None:
         """When worker ``wid`` (of the pool arrivals enter) may next receive a request (a
@@ -250,7 +251,7 @@ class Simulation:
         counted as queued)."""
         workers = pool.workers
         if len(workers) == 1:  # no choice to make (and nothing a router records)
-            return workers[0], f"the {pool.name} pool's only worker"
+            return workers[0], pool.only_worker_reason
         now = self.env.now
         snaps = None
         if pool.router.reads_load:

@@ -72,14 +72,13 @@ class SoloRun:
         why = sim._static_reject  # (int8: 0 routed, 1 too long, 2 too big for the KV)
         # the arrival time of the first eligible request at or after each index (the hint)
         nxt = np.full(n + 1, np.inf)
-        elig = np.flatnonzero(why == 0)
+        elig = sim._eligible  # (Simulation._plan_arrivals: the requests that are routed)
         if len(elig):
             idx = np.searchsorted(elig, np.arange(n + 1))
             ok = idx < len(elig)
             nxt[ok] = t.arrival[elig[idx[ok]]]
         self.why, self.elig_next = why, nxt
-        pool = sim.fleet.entry
-        self.route_text = f"the {pool.name} pool's only worker"
+        self.route_text = sim.fleet.entry.only_worker_reason
         self.route_val = t.route_reasons.get(self.route_text, len(t.route_reasons))
         watch = sim.watch
         self.watch = watch
