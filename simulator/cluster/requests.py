@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from specsim.simulator.execution.loop_rules import DONE, PENDING, QUEUED, REJECTED, RUNNING
 from specsim.simulator.metrics import collector as metrics
 from specsim.traces.schema import Trace
 
-PENDING, QUEUED, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
 STATUS_NAMES = {PENDING: "pending", QUEUED: "queued", RUNNING: "running", DONE: "completed",
                 REJECTED: "rejected"}
 #: status code -> its name in requests.csv, as an array indexed by the codes

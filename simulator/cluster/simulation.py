@@ -24,6 +24,7 @@ from specsim.simulator.cluster.build import DECODE, PREFILL, Fleet, Pool, build_
 from specsim.simulator.cluster.overload import Overloaded, make_watch
 from specsim.simulator.cluster.worker import Worker
 from specsim.simulator.execution.kernel import SPEC_ITER_COLUMNS
+from specsim.simulator.execution.loop_rules import TOO_BIG, TOO_LONG
 from specsim.simulator.execution.plugins import note_plugins
 from specsim.simulator.kv import prefix_cache as pc
 from specsim.simulator.metrics.collector import Metrics, deliver
@@ -202,7 +203,7 @@ class Simulation:
         if self.watch is not None:
             self.watch.on_arrival(rid)
 
-    STATIC_REASONS = {1: "exceeds model context", 2: "exceeds KV capacity"}
+    STATIC_REASONS = {TOO_LONG: "exceeds model context", TOO_BIG: "exceeds KV capacity"}
 
     def _plan_arrivals(self) -> None:
         """Rejections decided by a request alone: too long for the context, or for the KV
@@ -213,10 +214,10 @@ class Simulation:
         decode = [p.too_big(t.prompt, t.output) for p in fleet.pools if p.role == DECODE]
         for pool in fleet.pools:
             if pool.role != DECODE:
-                why[pool.too_big(t.prompt, t.output)] = 2
+                why[pool.too_big(t.prompt, t.output)] = TOO_BIG
         if decode:
-            why[np.logical_and.reduce(decode)] = 2
-        why[t.prompt + t.output > fleet.model.max_context] = 1
+            why[np.logical_and.reduce(decode)] = TOO_BIG
+        why[t.prompt + t.output > fleet.model.max_context] = TOO_LONG
         self._static_reject = why
         self._eligible = np.flatnonzero(why == 0)  # requests that will be routed (the
         # arrival hint's, here and in the solo loop, cluster/solo.py)

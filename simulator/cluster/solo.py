@@ -69,7 +69,7 @@ class SoloRun:
         self.q = np.zeros(2 * n + 1, np.int64)
         self.si[sj.QH] = self.si[sj.QT] = n  # room in front for preempted requests
         self.itl = np.empty(ITL_BUFFER)
-        why = sim._static_reject  # (int8: 0 routed, 1 too long, 2 too big for the KV)
+        why = sim._static_reject  # (int8: 0 routed, loop_rules.TOO_LONG or TOO_BIG)
         # the arrival time of the first eligible request at or after each index (the hint)
         nxt = np.full(n + 1, np.inf)
         elig = sim._eligible  # (Simulation._plan_arrivals: the requests that are routed)
@@ -217,7 +217,7 @@ class SoloRun:
             k.last_reason = self.reason
         if si[sj.ROUTED]:
             sim.table.reason_code(self.route_text)
-        for key, n in ((1, si[sj.REJ_CONTEXT]), (2, si[sj.REJ_KV])):
+        for key, n in ((sj.TOO_LONG, si[sj.REJ_CONTEXT]), (sj.TOO_BIG, si[sj.REJ_KV])):
             if n:
                 why = sim.STATIC_REASONS[key]
                 sim.rejected_reasons[why] = sim.rejected_reasons.get(why, 0) + int(n)

@@ -1,5 +1,6 @@
 """The worker loop's rules, written once: how long a segment is planned, where it is cut,
-what a request needs to be admitted, and when the overload watch stops a run.
+what a request needs to be admitted, and when the overload watch stops a run; and the
+codes both loops write: a request's state and why it is rejected before routing.
 
 Two loops run them: the SimPy worker (``cluster/worker.py``, the schedulers,
 ``cluster/overload.py``) calls these functions as Python, and the compiled solo loop
@@ -14,6 +15,12 @@ from __future__ import annotations
 import math
 
 MAX_STEPS = 256  # the longest segment planned at once
+
+#: a request's state (the request table's ``status`` column, ``cluster/requests.py``)
+PENDING, QUEUED, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
+#: why a request is rejected before it is routed (``Simulation._plan_arrivals``: too long
+#: for the model's context, too big for a worker's KV; 0: it is routed)
+TOO_LONG, TOO_BIG = 1, 2
 
 
 def segment_steps(multi_step: bool, queue_empty: bool, blocked: bool, has_hint: bool,

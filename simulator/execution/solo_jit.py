@@ -48,6 +48,14 @@ from specsim.simulator.execution.kernel_jit import (
     _commit,
     _shape_plan_priced,
 )
+from specsim.simulator.execution.loop_rules import (
+    DONE,
+    QUEUED,
+    REJECTED,
+    RUNNING,
+    TOO_BIG,
+    TOO_LONG,
+)
 from specsim.simulator.execution.numpy_order import jit
 
 # the worker loop's rules (loop_rules.py), compiled as written there; the SimPy worker runs
@@ -59,8 +67,6 @@ _submit_keep = jit(rules.submit_keep)
 _admission_blocks = jit(rules.admission_blocks)
 _record_look = jit(rules.record_look)
 _overloaded = jit(rules.overloaded)
-# request states (cluster/requests.py)
-QUEUED, RUNNING, DONE, REJECTED = 1, 2, 3, 4
 
 # the integer state ``si``
 (NRUN, QH, QT, KV_USED, KV_PEAK, ROW, ITLN, INEXT, PLANNED, NITER, SPEC_TAKEN, SPEC_FREED,
@@ -100,10 +106,10 @@ def _arrive(rid, si, sf, q, status, worker_col, route_col, route_val, why, wid, 
     returns (submitted, the overload watch fired)."""
     submitted = False
     w = why[rid]
-    if w == 1:
+    if w == TOO_LONG:
         status[rid] = REJECTED
         si[REJ_CONTEXT] += 1
-    elif w == 2:
+    elif w == TOO_BIG:
         status[rid] = REJECTED
         si[REJ_KV] += 1
     else:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specsim.simulator import rng
+from specsim.simulator.execution.loop_rules import DONE
 from specsim.simulator.kv.tiers import Tier, TierStore
 
 BLOCK_TOKENS = 512  # a trace's prefix block (Mooncake hash_ids; traces/schema.py)
@@ -559,7 +560,7 @@ def summary(sim) -> dict:
             if v:
                 moved_bytes[pair] = int(v)
                 moved_blocks[pair] = int(v // max(cfg.page_bytes, 1))
-    done = t.status == 3  # requests.DONE
+    done = t.status == DONE
     ttft = t.first_token - t.arrival
     xfer = t.kv_xfer_s
     ttft_sum = float(np.nansum(ttft[done]))
@@ -614,7 +615,7 @@ def check_invariants(sim) -> None:
             raise AssertionError(f"worker {w.wid}: {parked} pages parked, swapped requests "
                                  f"hold {sum(kv.swapped.values())}")
         kv.check(idle=not mine)
-    done = t.status == 3
+    done = t.status == DONE
     if (t.kv_len[done] != t.prompt[done] + t.generated[done] - 1).any():
         raise AssertionError("KV tokens of finished requests != prompt + output - 1")
     if (t.kv_len > t.prompt + t.generated).any() or (t.kv_shared > t.kv_len).any():
