@@ -52,9 +52,9 @@ class OverloadWatch:
     def on_arrival(self, rid: int) -> None:
         """Called after request ``rid`` arrived; raises Overloaded when rule 2 holds."""
         now = float(self.sim.env.now)
-        if now < self.next_at:
+        look, self.next_at = rules.look_due(now, self.next_at, self.window_s)
+        if not look:
             return
-        self.next_at = now + self.window_s
         sim, t = self.sim, self.sim.table
         heads = [w.waiting[0] for w in sim.workers if w.waiting]
         queued = sum(len(w.waiting) for w in sim.workers)

@@ -1,5 +1,6 @@
 """The worker loop's rules, written once: how long a segment is planned, where it is cut,
-what a request needs to be admitted, and when the overload watch stops a run; and the
+what a request needs to be admitted, what a commit leaves in the KV pool, when the streamed
+iteration log writes a chunk, and when the overload watch looks and stops a run; and the
 codes both loops write: a request's state and why it is rejected before routing.
 
 Two loops run them: the SimPy worker (``cluster/worker.py``, the schedulers,
@@ -74,6 +75,32 @@ def admission_blocks(tokens: int, block_size: int, state_blocks: int) -> int:
     one spare, and its state's (a model with sliding-window or linear layers,
     ``Deployment.state_blocks``)."""
     return -(-tokens // block_size) + 1 + state_blocks
+
+
+def commit_held(used: int, peak: int, total: int, held_before: int, held_after: int,
+                peak_during: int) -> tuple[bool, int, int]:
+    """A KV pool of ``total`` blocks, ``used`` in use (``peak`` at most so far), after a
+    commit (``BlockAllocator.set_held``): its rows held ``held_before`` blocks and now hold
+    ``held_after``, at most ``peak_during`` were in use while the steps ran. Returns (whether
+    that can be, blocks used after, the peak after)."""
+    now_used = used + held_after - held_before
+    if now_used < 0 or now_used > total or peak_during > total:
+        return False, now_used, peak
+    return True, now_used, max(peak, peak_during, now_used)
+
+
+def log_flush(streaming: bool, held: int, m: int, chunk_rows: int) -> bool:
+    """The streamed iteration log writes the ``held`` rows it holds before ``m`` more would
+    pass ``chunk_rows`` (``Metrics.reserve_rows``)."""
+    return streaming and held > 0 and held + m > chunk_rows
+
+
+def look_due(now: float, next_at: float, window_s: float) -> tuple[bool, float]:
+    """Whether the overload watch looks at an arrival at ``now`` (``OverloadWatch.on_arrival``:
+    once its clock reaches ``next_at``, then not for ``window_s``), and when it looks next."""
+    if now < next_at:
+        return False, next_at
+    return True, now + window_s
 
 
 def record_look(looks, nlook: int, windows: int, now: float, queued: int, arrived: int,

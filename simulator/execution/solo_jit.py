@@ -65,6 +65,9 @@ _next_planned = jit(rules.next_planned)
 _hint_cut = jit(rules.hint_cut)
 _submit_keep = jit(rules.submit_keep)
 _admission_blocks = jit(rules.admission_blocks)
+_commit_held = jit(rules.commit_held)
+_log_flush = jit(rules.log_flush)
+_look_due = jit(rules.look_due)
 _record_look = jit(rules.record_look)
 _overloaded = jit(rules.overloaded)
 
@@ -126,8 +129,10 @@ def _arrive(rid, si, sf, q, status, worker_col, route_col, route_val, why, wid, 
             submitted = True
     fired = False
     now = sf[CLOCK]
-    if watch_on and now >= sf[LOOK_AT]:  # OverloadWatch.on_arrival
-        sf[LOOK_AT] = now + window_s
+    look = False
+    if watch_on:  # OverloadWatch.on_arrival
+        look, sf[LOOK_AT] = _look_due(now, sf[LOOK_AT], window_s)
+    if look:
         queued = si[QT] - si[QH]
         si[NLOOK] = _record_look(looks, si[NLOOK], windows, now, queued, rid + 1, si[NDONE])
         if queued > 0:
@@ -275,7 +280,7 @@ def _run(si, sf, run, q, status, worker_col, route_col, route_val, blocks, ptarg
                 steps = -1 if fired else -2  # after this commit the run is over
         # -------- 4. commit the segment's m steps (Kernel.commit, Worker._commit)
         B = len(rows)
-        if (record and ((streaming and si[ROW] > 0 and si[ROW] + m > chunk_rows)
+        if (record and (_log_flush(streaming, si[ROW], m, chunk_rows)
                         or si[ROW] + m > buf_rows)) or si[ITLN] + m * B > len(itl):
             return NEED_ROOM, rows, S, m, Ia, Bo, Iv, F, pre0, chunking, steps
         chunked = False
@@ -304,11 +309,10 @@ def _run(si, sf, run, q, status, worker_col, route_col, route_val, blocks, ptarg
         for x in range(ng):
             itl[si[ITLN] + x] = Fo[g + x]
         si[ITLN] += ng
-        used = si[KV_USED] + held_after - held_before
-        if used < 0 or used > kv_total or peak > kv_total:
+        ok, si[KV_USED], si[KV_PEAK] = _commit_held(si[KV_USED], si[KV_PEAK], kv_total,
+                                                    held_before, held_after, peak)
+        if not ok:  # (BlockAllocator.set_held's check)
             return KV_ERROR, rows, S, m, Ia, Bo, Iv, F, pre0, chunking, steps
-        si[KV_USED] = used
-        si[KV_PEAK] = max(si[KV_PEAK], peak, used)
         si[NITER] += m
         si[COMMITS] += 1
         if record:

@@ -7,6 +7,8 @@ invariant the tests rely on: used == sum of what requests hold.
 
 from __future__ import annotations
 
+from specsim.simulator.execution.loop_rules import commit_held
+
 
 class BlockAllocator:
     """Counts free and used blocks of one worker's KV pool."""
@@ -49,9 +51,9 @@ class BlockAllocator:
     def set_held(self, held_before: int, held_after: int, peak_during: int) -> None:
         """A committed stretch of steps: its rows held ``held_before`` blocks, now hold
         ``held_after``; at most ``peak_during`` were in use while it ran."""
-        used = self.used + held_after - held_before
-        if used < 0 or used > self.total or peak_during > self.total:
+        ok, used, peak = commit_held(self.used, self.peak, self.total, held_before,
+                                     held_after, peak_during)
+        if not ok:
             raise RuntimeError(f"KV allocator: {used} blocks used of {self.total} after a "
                                f"commit (peak {peak_during})")
-        self.used = used
-        self.peak = max(self.peak, peak_during, used)
+        self.used, self.peak = used, peak

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specsim.simulator.execution.loop_rules import log_flush
 from specsim.simulator.metrics.iteration_log import ITER_COLUMNS
 
 if TYPE_CHECKING:  # pragma: no cover  (the frame is the API's; the writers take columns)
@@ -144,7 +145,7 @@ class Metrics:
         """Room for ``m`` rows: (the buffer, the first new row's index), for a writer of the
         ITER_COLUMNS in place by name (the kernel's commit, ``ITER.<column>``); ``rows_added(m)``
         then counts them in."""
-        if self._log is not None and self._n and self._n + m > self._chunk:
+        if log_flush(self._log is not None, self._n, m, self._chunk):
             self._flush()  # before adding: fill_extra may still write the rows added now
         self._reserve(m)
         return self._buf, self._n
