@@ -19,8 +19,9 @@ the results are the same bits:
    completions committed so far). An arrival at the very instant the worker resumes comes
    first when its timeout was scheduled no later than the worker's.
 4. The segment is committed at ``now + (end - now)`` (the worker's timeout), with the
-   ledger's sums (``_commit`` adds them to the ledger's own, as for the SimPy worker), the KV pool's held blocks, the ITL gaps and the iteration log's rows
-   (``Kernel.commit`` and ``Worker._commit``); finished rows leave the batch.
+   ledger's sums (``_commit`` adds them to the ledger's own, as for the SimPy worker), the
+   KV pool's held blocks, the ITL gaps and the iteration log's rows (``Kernel.commit`` and
+   ``Worker._commit``); finished rows leave the batch.
 
 It returns to Python (``cluster/solo.py``) when Python must act: the step's KV does not fit
 (the scheduler preempts, then hands the planned segment back), the iteration log or the ITL
