@@ -41,11 +41,12 @@ class Result:
     ``n`` rows in all): the frame is built when first read (pandas imported then), and
     ``specsim run --out`` writes the columns a block at a time instead
     (``requests_blocks``), so a million-request run never holds it whole (issue 22's memory
-    target) and its outputs are written without pandas."""
+    target) and its outputs are written without pandas. ``iterations`` likewise may be
+    handed over as its columns by name: the frame is built when first read."""
 
     metrics: dict[str, Any]
     requests: pd.DataFrame | RequestRows
-    iterations: pd.DataFrame | None  # None: streamed to the --out folder
+    iterations: pd.DataFrame | Columns | None  # None: streamed to the --out folder
     scenario: dict[str, Any]
     notes: list[str] = field(default_factory=list)
 
@@ -56,7 +57,22 @@ class Result:
 
             value = pd.DataFrame(value(slice(None)))
             object.__setattr__(self, "requests", value)
+        elif name == "iterations" and isinstance(value, dict):  # built once
+            import pandas as pd
+
+            value = pd.DataFrame(value)
+            object.__setattr__(self, "iterations", value)
         return value
+
+    def iterations_columns(self) -> Columns | None:
+        """The iteration log held (None: streamed to the --out folder) as columns by name,
+        without building its frame where it has not been built yet."""
+        log = object.__getattribute__(self, "iterations")
+        return log if log is None or isinstance(log, dict) else columns_of(log)
+
+    def iterations_attrs(self) -> dict[str, Any]:
+        """The held log's attrs (a log read back for the plots says how it was sampled)."""
+        return dict(getattr(object.__getattribute__(self, "iterations"), "attrs", {}))
 
     def requests_blocks(self, rows: int) -> Iterator[Columns | pd.DataFrame]:
         """The requests table ``rows`` at a time, in order (at least one, maybe empty), as
@@ -174,9 +190,9 @@ def run_scenario(source: str | Path | dict[str, Any], *, seed: int | None = None
         sim.metrics.finish_stream()
         iters = None
     else:
-        iters = sim.metrics.iterations_frame()
+        iters = sim.metrics.iterations_columns()  # the frame: when first read
         if not sim.record_iterations:  # no rows, but the columns (the log keeps its header)
-            iters = iters.iloc[:0]
+            iters = {k: v[:0] for k, v in iters.items()}
     return Result(metrics, sim.requests_builder(), iters, sc.dump(), sim.notes)
 
 

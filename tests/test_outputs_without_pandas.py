@@ -72,3 +72,23 @@ def test_run_writes_its_outputs_without_calling_pandas(tmp_path, scenario, extra
     for name in ("metrics.json", "requests.csv", "report.md", "scenario.json"):
         assert (out / name).stat().st_size > 0, name
     assert (out / ("iterations.csv" if extra else "iterations.parquet")).is_file()
+
+
+def test_an_api_run_imports_pandas_only_when_a_frame_is_read():
+    """``run_scenario`` hands back the request table and the iteration log as columns;
+    ``Result.requests`` / ``Result.iterations`` build their frames (and import pandas) when
+    first read, equal to the columns."""
+    code = ("import sys\nimport numpy as np\n"
+            "from specsim.simulator.api import run_scenario\n"
+            "r = run_scenario(sys.argv[1], overrides={'workload.synthetic.requests': 40})\n"
+            "before = 'pandas' in sys.modules\n"
+            "cols = r.iterations_columns()\n"
+            "it = r.iterations\n"
+            "same = list(it.columns) == list(cols) and all(\n"
+            "    np.array_equal(it[c].to_numpy(), v) for c, v in cols.items()\n"
+            "    if v.dtype.kind != 'O')\n"
+            "print(before, 'pandas' in sys.modules, same, len(r.requests))")
+    out = subprocess.run([sys.executable, "-c", code, str(REPO / "scenarios" / "chat.yaml")],
+                         capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True", "40"]

@@ -80,9 +80,10 @@ def write_outputs(result: Result, out_dir: Path, report: bool = True,
         with open(tmp / "requests.csv", "w", newline="") as f:
             for i, block in enumerate(result.requests_blocks(REQUEST_BLOCK)):
                 write_csv(escape_frame(block), f, header=i == 0)
-        if result.iterations is not None:
+        log_columns = result.iterations_columns()
+        if log_columns is not None:
             log = open_log(fmt, tmp)
-            log.write(result.iterations)
+            log.write(log_columns)
             log.close()
         elif not (tmp / FILES[fmt]).is_file():
             raise OSError(2, f"the streamed {FILES[fmt]} is missing")

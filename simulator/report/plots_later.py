@@ -42,7 +42,7 @@ def can_fork() -> bool:
 def with_log(result: Any, folder: Path) -> Any:
     """The result with its iteration log for the plots: a streamed log is read back from
     ``folder`` (only the plots use it: the plotted columns, sampled beyond REPORT_ROWS)."""
-    if result.iterations is not None:
+    if result.iterations_columns() is not None:
         return result
     import dataclasses
 

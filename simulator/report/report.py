@@ -24,7 +24,7 @@ import numpy as np
 
 from specsim.outputs import md_text
 from specsim.simulator.metrics.collector import slo_attainment, slo_targets
-from specsim.simulator.metrics.iteration_log import block_rows, columns_of
+from specsim.simulator.metrics.iteration_log import block_rows
 from specsim.simulator.metrics.run_metrics import RunMetrics
 
 DPI = 110
@@ -149,12 +149,12 @@ class _View:
     def __init__(self, result: Any) -> None:
         self.m = RunMetrics.from_summary(result.metrics)  # read by attribute
         self.sc: dict[str, Any] = dict(result.scenario or {})
-        it = result.iterations
+        it = result.iterations_columns()
         req = self.req = _Table(result.requests_columns())
-        self.it = _Table(columns_of(it) if it is not None else {})
+        self.it = _Table(it if it is not None else {})
         # a long streamed log is read back sampled (iteration_log.read_for_report): every
         # it_every-th iteration of each worker, of it_rows in all
-        attrs = getattr(it, "attrs", {})
+        attrs = result.iterations_attrs()
         self.it_every = int(attrs.get("sample_every", 1))
         self.it_rows = int(attrs.get("rows", len(self.it)))
         self.status = (_text(req["status"]) if "status" in req
